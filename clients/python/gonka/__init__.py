@@ -1,0 +1,1 @@
+"""Gonka ML node packages."""

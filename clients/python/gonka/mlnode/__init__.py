@@ -1,0 +1,1 @@
+"""Gonka ML node: protocol stubs (v1) and the Python client."""

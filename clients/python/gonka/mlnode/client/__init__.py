@@ -1,0 +1,23 @@
+"""Python client for the Gonka ML node gRPC server.
+
+    from gonka.mlnode.client import InferenceClient
+    with InferenceClient("127.0.0.1:50051") as client:
+        result = client.generate(messages=[("user", "Hello")], max_tokens=32, include_text=True)
+        print(result.first.text)
+"""
+
+from gonka.mlnode.client.client import DEFAULT_TARGET, AsyncInferenceClient, InferenceClient
+from gonka.mlnode.client.errors import ServerError
+from gonka.mlnode.client.requests import build_request
+from gonka.mlnode.client.results import Generation, Output, TokenLogprobs
+
+__all__ = [
+    "DEFAULT_TARGET",
+    "AsyncInferenceClient",
+    "Generation",
+    "InferenceClient",
+    "Output",
+    "ServerError",
+    "TokenLogprobs",
+    "build_request",
+]

@@ -1,0 +1,72 @@
+"""A whole generation, assembled from its stream of GenerateResponse messages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from gonka.mlnode.v1 import inference_pb2 as pb
+
+
+@dataclass
+class TokenLogprobs:
+    """Per position: the chosen token's logprob and rank, and the top-k alternatives."""
+
+    logprobs: list[float] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+    top_ids: list[list[int]] = field(default_factory=list)
+    top_logprobs: list[list[float]] = field(default_factory=list)
+
+    def extend(self, batch: pb.TokenBatch) -> None:
+        self.logprobs.extend(batch.logprobs)
+        self.ranks.extend(batch.ranks)
+        k = batch.top_k
+        for start in range(0, len(batch.top_ids), k or 1):
+            if k:
+                self.top_ids.append(list(batch.top_ids[start : start + k]))
+                self.top_logprobs.append(list(batch.top_logprobs[start : start + k]))
+
+
+@dataclass
+class Output:
+    index: int
+    token_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    logprobs: TokenLogprobs = field(default_factory=TokenLogprobs)
+    finish_reason: str | None = None  # "stop", "length" or "abort"
+    stop_reason: str | int | None = None
+    usage: pb.Usage | None = None
+    messages: int = 0
+
+
+@dataclass
+class Generation:
+    request_id: str = ""
+    outputs: dict[int, Output] = field(default_factory=dict)
+    prompt_token_ids: list[int] = field(default_factory=list)  # positions 1.., with prompt logprobs
+    prompt_logprobs: TokenLogprobs | None = None
+
+    def add(self, response: pb.GenerateResponse) -> None:
+        self.request_id = response.request_id
+        output = self.outputs.setdefault(response.output_index, Output(response.output_index))
+        output.messages += 1
+        output.token_ids.extend(response.tokens.ids)
+        output.text += response.text
+        output.logprobs.extend(response.tokens)
+        if response.HasField("prompt_logprobs"):
+            self.prompt_token_ids = list(response.prompt_logprobs.tokens.ids)
+            self.prompt_logprobs = TokenLogprobs()
+            self.prompt_logprobs.extend(response.prompt_logprobs.tokens)
+        if response.HasField("finish"):
+            finish = response.finish
+            output.finish_reason = pb.FinishReason.Name(finish.reason).removeprefix("FINISH_REASON_").lower()
+            kind = finish.WhichOneof("stop_reason")
+            output.stop_reason = None if kind is None else getattr(finish, kind)
+            output.usage = finish.usage
+
+    @property
+    def first(self) -> Output:
+        return self.outputs[min(self.outputs)]
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.outputs) and all(output.finish_reason is not None for output in self.outputs.values())

@@ -1,0 +1,10 @@
+"""Run-time wraps of vLLM internals, one module per supported vLLM minor.
+
+Each seam is a small named function with a comment on why no public hook serves; each is
+idempotent (vLLM may load plugins more than once per process) and marks what it wrapped, so the
+seams installed in a process can be read back from the patched objects themselves.
+"""
+
+from engine_ext.seams.vllm_0_15 import install_seams, installed_seams
+
+__all__ = ["install_seams", "installed_seams"]

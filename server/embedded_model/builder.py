@@ -1,0 +1,179 @@
+"""Builds the embedded default model from packages alone (no model hub).
+
+The tokenizer is Qwen's real BPE (151 643 ranks shipped in the `dashscope` package) converted
+with transformers' TikTokenConverter, plus Qwen3's added tokens; the model is a small Qwen3 whose
+weights are drawn from per-tensor seeded generators, so every build is byte-identical for the
+same torch version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_MODEL_DIR = REPO_ROOT / ".build" / "models" / "qwen3-tiny"
+WEIGHT_SEED = 20251130
+INIT_STD = 0.02
+
+# Qwen's pre-tokenizer split (single digits, unlike cl100k's \p{N}{1,3}).
+QWEN_SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+# Qwen3's added tokens from id 151643 on; the tool-call and think markers are not "special"
+# (they survive skip_special_tokens), as on the released models.
+QWEN3_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
+    ("<|endoftext|>", True),
+    ("<|im_start|>", True),
+    ("<|im_end|>", True),
+    ("<|object_ref_start|>", True),
+    ("<|object_ref_end|>", True),
+    ("<|box_start|>", True),
+    ("<|box_end|>", True),
+    ("<|quad_start|>", True),
+    ("<|quad_end|>", True),
+    ("<|vision_start|>", True),
+    ("<|vision_end|>", True),
+    ("<|vision_pad|>", True),
+    ("<|image_pad|>", True),
+    ("<|video_pad|>", True),
+    ("<tool_call>", False),
+    ("</tool_call>", False),
+    ("<|fim_prefix|>", True),
+    ("<|fim_middle|>", True),
+    ("<|fim_suffix|>", True),
+    ("<|fim_pad|>", True),
+    ("<|repo_name|>", True),
+    ("<|file_sep|>", True),
+    ("<tool_response>", False),
+    ("</tool_response>", False),
+    ("<think>", False),
+    ("</think>", False),
+)
+FIRST_ADDED_TOKEN_ID = 151643
+ENDOFTEXT_ID = 151643
+IM_END_ID = 151645
+
+MODEL_CONFIG = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "vocab_size": 151936,
+    "hidden_size": 128,
+    "intermediate_size": 384,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 32,
+    "hidden_act": "silu",
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 1000000.0,
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "bos_token_id": ENDOFTEXT_ID,
+    "eos_token_id": IM_END_ID,
+    "use_cache": True,
+    "use_sliding_window": False,
+    # Released Qwen3 checkpoints carry it; without it transformers 4.57 misreads the tokenizer as Mistral.
+    "transformers_version": "4.51.0",
+}
+
+
+def ensure_embedded_model(model_dir: Path = DEFAULT_MODEL_DIR) -> Path:
+    """Returns the model directory, building it first if it is missing or incomplete."""
+    if not (model_dir / "build_info.json").is_file():
+        build_embedded_model(model_dir)
+    return model_dir
+
+
+def build_embedded_model(model_dir: Path = DEFAULT_MODEL_DIR) -> Path:
+    """Builds into a temporary sibling and renames it into place, so a reader never sees half a model."""
+    model_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{model_dir.name}-", dir=model_dir.parent))
+    staging.chmod(0o755)
+    try:
+        _write_tokenizer(staging)
+        _write_model(staging)
+        _write_build_info(staging)
+        if model_dir.exists():
+            shutil.rmtree(model_dir)
+        staging.rename(model_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return model_dir
+
+
+def _qwen_tiktoken_path() -> Path:
+    import dashscope
+
+    return Path(dashscope.__file__).parent / "resources" / "qwen.tiktoken"
+
+
+def _write_tokenizer(out_dir: Path) -> None:
+    from tokenizers import AddedToken
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    backend = TikTokenConverter(
+        vocab_file=str(_qwen_tiktoken_path()), pattern=QWEN_SPLIT_PATTERN, additional_special_tokens=[]
+    ).converted()
+    added = [AddedToken(text, special=special, normalized=False) for text, special in QWEN3_ADDED_TOKENS]
+    backend.add_tokens(added)
+    first_id = backend.token_to_id(QWEN3_ADDED_TOKENS[0][0])
+    if first_id != FIRST_ADDED_TOKEN_ID:
+        raise RuntimeError(f"Qwen BPE ranks changed: <|endoftext|> got id {first_id}, expected {FIRST_ADDED_TOKEN_ID}")
+
+    chat_template = (Path(__file__).parent / "chat_template.jinja").read_text()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=[text for text, special in QWEN3_ADDED_TOKENS if special],
+        model_max_length=MODEL_CONFIG["max_position_embeddings"],
+        clean_up_tokenization_spaces=False,
+        chat_template=chat_template,
+    )
+    tokenizer.save_pretrained(str(out_dir))
+
+
+def _write_model(out_dir: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(**{k: v for k, v in MODEL_CONFIG.items() if k not in ("architectures", "model_type")})
+    with torch.device("meta"):
+        skeleton = Qwen3ForCausalLM(config)
+    tensors = {name: _seeded_tensor(name, tuple(param.shape)) for name, param in skeleton.state_dict().items()}
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+    (out_dir / "config.json").write_text(json.dumps(MODEL_CONFIG, indent=2, sort_keys=True) + "\n")
+    generation_config = {"bos_token_id": ENDOFTEXT_ID, "eos_token_id": [IM_END_ID, ENDOFTEXT_ID]}
+    (out_dir / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
+
+
+def _seeded_tensor(name: str, shape: tuple[int, ...]) -> "torch.Tensor":
+    import torch
+
+    if name.endswith("norm.weight"):
+        return torch.ones(shape, dtype=torch.bfloat16)
+    # One generator per tensor, keyed by its name, so adding a tensor never shifts the others.
+    name_key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
+    generator = torch.Generator().manual_seed(WEIGHT_SEED ^ name_key)
+    values = torch.empty(shape, dtype=torch.float32).normal_(0.0, INIT_STD, generator=generator)
+    return values.to(torch.bfloat16)
+
+
+def _write_build_info(out_dir: Path) -> None:
+    digests = {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(out_dir.iterdir())
+        if path.is_file()
+    }
+    info = {"weight_seed": WEIGHT_SEED, "files_sha256": digests}
+    (out_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")

@@ -1,0 +1,73 @@
+"""Errors the server returns: a gRPC code, a stable ErrorInfo reason, and the offending field.
+
+Every failure leaves as a google.rpc.Status in the `grpc-status-details-bin` trailer, so clients
+in any language can read the reason (an `ErrorReason` name from errors.proto) and, for bad input,
+a BadRequest field violation naming the field.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import error_details_pb2, status_pb2
+
+from gonka.mlnode.v1 import errors_pb2
+
+ERROR_DOMAIN = "mlnode.gonka.ai"
+Reason = errors_pb2.ErrorReason
+
+
+class ServiceError(Exception):
+    """A failure with a definite gRPC outcome."""
+
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        reason: int,
+        message: str,
+        field: str | None = None,
+        retry_after_seconds: float | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.message = message
+        self.field = field
+        self.retry_after_seconds = retry_after_seconds
+
+    @property
+    def reason_name(self) -> str:
+        return Reason.Name(self.reason)
+
+    def to_status_proto(self) -> status_pb2.Status:
+        info = error_details_pb2.ErrorInfo(reason=self.reason_name, domain=ERROR_DOMAIN)
+        if self.field:
+            info.metadata["field"] = self.field
+        details = [info]
+        if self.field:
+            violation = error_details_pb2.BadRequest.FieldViolation(field=self.field, description=self.message)
+            details.append(error_details_pb2.BadRequest(field_violations=[violation]))
+        if self.retry_after_seconds is not None:
+            delay = duration_pb2.Duration()
+            delay.FromTimedelta(timedelta(seconds=self.retry_after_seconds))
+            details.append(error_details_pb2.RetryInfo(retry_delay=delay))
+        packed = []
+        for detail in details:
+            wrapper = any_pb2.Any()
+            wrapper.Pack(detail)
+            packed.append(wrapper)
+        return status_pb2.Status(code=self.code.value[0], message=self.message, details=packed)
+
+    def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
+        return (("grpc-status-details-bin", self.to_status_proto().SerializeToString()),)
+
+
+def invalid_field(field: str, message: str, reason: int = Reason.INVALID_FIELD) -> ServiceError:
+    return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, reason, f"{field}: {message}", field=field)
+
+
+async def abort_with(context: grpc.aio.ServicerContext, error: ServiceError) -> None:
+    """Ends the RPC with `error` (raises, as grpc.aio's abort does)."""
+    await context.abort(error.code, error.message, trailing_metadata=error.trailing_metadata())

@@ -1,0 +1,51 @@
+"""What the server needs to know about the served model, read once from the engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The network reports top-5; 20 is vLLM's default ceiling and the contract's.
+MAX_LOGPROBS = 20
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    served_model_name: str
+    model_path: str
+    max_model_len: int
+    # Rows of the output layer; may exceed the tokenizer's ids (Qwen pads its embedding).
+    vocab_size: int
+    tokenizer_max_token_id: int
+    eos_token_id: int
+    bos_token_id: int | None
+    dtype: str
+    max_logprobs: int
+    tensor_parallel_size: int
+    has_chat_template: bool
+
+    @property
+    def max_token_id(self) -> int:
+        """Largest id the model accepts as input (vLLM's own out-of-vocabulary bound)."""
+        return max(self.tokenizer_max_token_id, self.vocab_size - 1)
+
+
+def read_model_facts(vllm_config, tokenizer) -> ModelFacts:
+    model_config = vllm_config.model_config
+    engine_max_logprobs = model_config.max_logprobs
+    max_logprobs = MAX_LOGPROBS if engine_max_logprobs < 0 else min(MAX_LOGPROBS, engine_max_logprobs)
+    served_name = model_config.served_model_name
+    if isinstance(served_name, (list, tuple)):
+        served_name = served_name[0]
+    return ModelFacts(
+        served_model_name=str(served_name),
+        model_path=str(model_config.model),
+        max_model_len=int(model_config.max_model_len),
+        vocab_size=int(model_config.get_vocab_size()),
+        tokenizer_max_token_id=int(tokenizer.max_token_id),
+        eos_token_id=int(tokenizer.eos_token_id),
+        bos_token_id=None if tokenizer.bos_token_id is None else int(tokenizer.bos_token_id),
+        dtype=str(model_config.dtype).removeprefix("torch."),
+        max_logprobs=max_logprobs,
+        tensor_parallel_size=int(vllm_config.parallel_config.tensor_parallel_size),
+        has_chat_template=getattr(tokenizer, "chat_template", None) is not None,
+    )

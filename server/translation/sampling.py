@@ -1,0 +1,110 @@
+"""The request's sampling and logprob options as vLLM SamplingParams (unset fields: vLLM's defaults)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import grpc
+from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
+
+from gonka.mlnode.v1 import inference_pb2 as pb
+from server.errors import Reason, ServiceError, invalid_field
+from server.model_facts import ModelFacts
+from server.translation.prompt import require_in_vocabulary
+
+# More outputs than this per prompt is a mistake, not a workload: each is a full engine request.
+MAX_OUTPUTS_PER_REQUEST = 128
+
+
+@dataclass(frozen=True)
+class LogprobCounts:
+    """Top alternatives per generated / prompt position; None when not asked for."""
+
+    generated: int | None
+    prompt: int | None
+
+
+def logprob_counts(request: pb.GenerateRequest, facts: ModelFacts) -> LogprobCounts:
+    if not request.HasField("logprobs"):
+        return LogprobCounts(None, None)
+    options = request.logprobs
+    limit = facts.max_logprobs
+    _require(options.top_logprobs <= limit, "logprobs.top_logprobs", f"must be in 0..{limit}")
+    prompt = options.prompt_logprobs if options.HasField("prompt_logprobs") else None
+    _require(prompt is None or prompt <= limit, "logprobs.prompt_logprobs", f"must be in 0..{limit}")
+    return LogprobCounts(options.top_logprobs, prompt)
+
+
+def sampling_params(
+    request: pb.GenerateRequest,
+    prompt_length: int,
+    facts: ModelFacts,
+    logprobs: LogprobCounts,
+    structured_outputs: StructuredOutputsParams | None,
+) -> SamplingParams:
+    options = request.sampling
+    kwargs: dict[str, object] = {}
+
+    def optional(name: str, valid: bool, expectation: str) -> None:
+        if options.HasField(name):
+            _require(valid, f"sampling.{name}", expectation)
+            kwargs[name] = getattr(options, name)
+
+    optional("temperature", _finite(options.temperature) and options.temperature >= 0, "must be >= 0")
+    optional("top_p", _finite(options.top_p) and 0 < options.top_p <= 1, "must be in (0, 1]")
+    optional("top_k", options.top_k >= -1, "must be >= 1, or 0 / -1 for no limit")
+    optional("min_p", _finite(options.min_p) and 0 <= options.min_p <= 1, "must be in [0, 1]")
+    optional("presence_penalty", _finite(options.presence_penalty) and -2 <= options.presence_penalty <= 2, "must be in [-2, 2]")
+    optional("frequency_penalty", _finite(options.frequency_penalty) and -2 <= options.frequency_penalty <= 2, "must be in [-2, 2]")
+    optional("repetition_penalty", _finite(options.repetition_penalty) and options.repetition_penalty > 0, "must be > 0")
+    optional("seed", True, "")
+    optional("max_tokens", options.max_tokens >= 1, "must be >= 1")
+    optional("min_tokens", options.min_tokens >= 0, "must be >= 0")
+    optional("n", 1 <= options.n <= MAX_OUTPUTS_PER_REQUEST, f"must be in 1..{MAX_OUTPUTS_PER_REQUEST}")
+    optional("ignore_eos", True, "")
+    optional("skip_special_tokens", True, "")
+    optional("include_stop_str_in_output", True, "")
+    if options.HasField("max_tokens") and options.HasField("min_tokens"):
+        _require(options.min_tokens <= options.max_tokens, "sampling.min_tokens", "must not exceed max_tokens")
+
+    room = facts.max_model_len - prompt_length
+    if options.HasField("max_tokens") and options.max_tokens > room:
+        raise ServiceError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            Reason.CONTEXT_LENGTH_EXCEEDED,
+            f"sampling.max_tokens: {options.max_tokens} tokens do not fit after a {prompt_length}-token prompt "
+            f"in the model's {facts.max_model_len}-token context (at most {room})",
+            field="sampling.max_tokens",
+        )
+    stop = list(options.stop)
+    for index, text in enumerate(stop):
+        _require(bool(text), f"sampling.stop[{index}]", "must not be empty")
+    stop_token_ids = list(options.stop_token_ids)
+    require_in_vocabulary(stop_token_ids, facts, "sampling.stop_token_ids")
+
+    include_text = request.stream.include_text
+    try:
+        return SamplingParams(
+            **kwargs,
+            stop=stop or None,
+            stop_token_ids=stop_token_ids or None,
+            logprobs=logprobs.generated,
+            prompt_logprobs=logprobs.prompt,
+            flat_logprobs=True,
+            structured_outputs=structured_outputs,
+            # Detokenizing costs CPU per token: only when text is wanted or stop strings need it.
+            detokenize=include_text or bool(stop),
+            output_kind=RequestOutputKind.FINAL_ONLY if request.stream.final_only else RequestOutputKind.DELTA,
+        )
+    except ValueError as error:
+        raise invalid_field("sampling", str(error)) from error
+
+
+def _finite(value: float) -> bool:
+    return math.isfinite(value)
+
+
+def _require(condition: bool, field: str, expectation: str) -> None:
+    if not condition:
+        raise invalid_field(field, expectation)

@@ -1,0 +1,44 @@
+"""Session fixtures: one real server process (embedded model) shared by the end-to-end tests."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gonka.mlnode.client import InferenceClient
+from tests.support.server_process import REPO_ROOT, ServerProcess, start_server
+
+MODEL_DIR = REPO_ROOT / ".build" / "models" / "qwen3-tiny"
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    if not (MODEL_DIR / "build_info.json").is_file():
+        pytest.fail(f"the embedded model is not built at {MODEL_DIR}: run `make test` (it builds it)")
+    return MODEL_DIR
+
+
+@pytest.fixture(scope="session")
+def tokenizer(model_dir: Path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir))
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[ServerProcess]:
+    log_path = tmp_path_factory.mktemp("server") / "server.log"
+    # Random weights make greedy decoding pick the JSON grammar's unbounded whitespace forever;
+    # compact JSON (a vLLM engine flag, passed through as a user would) keeps JSON tests finite.
+    process = start_server(log_path, ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}'])
+    yield process
+    exit_code = process.stop()
+    assert exit_code == 0, f"server exited with {exit_code} on SIGTERM:\n{process.log_tail()}"
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[InferenceClient]:
+    with InferenceClient(server.target) as blocking_client:
+        yield blocking_client

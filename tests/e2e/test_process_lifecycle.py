@@ -1,0 +1,82 @@
+"""The server process: refuses a bound port at once, and shuts down cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from gonka.mlnode.client import InferenceClient, ServerError
+from gonka.mlnode.v1 import inference_pb2 as pb
+from tests.support.server_process import REPO_ROOT, engine_environment, start_server
+
+PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
+
+
+def test_the_server_refuses_a_port_already_bound() -> None:
+    with socket.socket() as occupant:
+        occupant.bind(("127.0.0.1", 0))
+        occupant.listen()
+        port = occupant.getsockname()[1]
+        started = time.monotonic()
+        completed = subprocess.run(
+            [sys.executable, "-m", "server", "--port", str(port)],
+            cwd=REPO_ROOT, env=engine_environment(), capture_output=True, text=True, timeout=120, check=False,
+        )
+    assert completed.returncode == 2
+    assert f"127.0.0.1:{port} is already in use" in completed.stderr
+    assert time.monotonic() - started < 60  # refused before the engine was started
+
+
+def test_sigterm_drains_then_exits_zero(tmp_path) -> None:
+    server = start_server(tmp_path / "server.log", ["--shutdown-grace", "3"])
+    try:
+        with InferenceClient(server.target) as client:
+            received: list = []
+            stream_done = threading.Event()
+
+            def long_stream() -> None:
+                try:
+                    for response in client.stream(token_ids=PROMPT_IDS, max_tokens=8000 - len(PROMPT_IDS), ignore_eos=True, temperature=0.0):
+                        received.append(response)
+                finally:
+                    stream_done.set()
+
+            reader = threading.Thread(target=long_stream)
+            reader.start()
+            while not received:
+                time.sleep(0.05)
+            signalled = time.monotonic()
+            server.signal(signal.SIGTERM)
+
+            with grpc.insecure_channel(server.target) as channel:
+                health = health_pb2_grpc.HealthStub(channel)
+                deadline = time.monotonic() + 2
+                status = None
+                while time.monotonic() < deadline:
+                    status = health.Check(health_pb2.HealthCheckRequest(service="")).status
+                    if status == health_pb2.HealthCheckResponse.NOT_SERVING:
+                        break
+                    time.sleep(0.05)
+                assert status == health_pb2.HealthCheckResponse.NOT_SERVING
+
+            with pytest.raises(ServerError) as refused:
+                client.generate(token_ids=PROMPT_IDS, max_tokens=2)
+            assert refused.value.code == grpc.StatusCode.UNAVAILABLE
+            assert refused.value.reason == "SHUTTING_DOWN" and refused.value.retry_after_seconds == 1.0
+
+            assert stream_done.wait(30)
+            reader.join()
+            # The in-flight stream outlived the signal by the grace, then ended with a clean abort.
+            assert received[-1].finish.reason == pb.FINISH_REASON_ABORT
+            assert time.monotonic() - signalled >= 3
+        assert server.wait(timeout=60) == 0
+    finally:
+        server.stop(timeout=10)

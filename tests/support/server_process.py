@@ -1,0 +1,101 @@
+"""Starts `python -m server` as a real child process and waits until its health check says SERVING."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+STARTUP_TIMEOUT_SECONDS = 300.0
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def engine_environment(kv_cache_gib: int = 1) -> dict[str, str]:
+    env = dict(os.environ)
+    env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
+    env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    return env
+
+
+@dataclass
+class ServerProcess:
+    process: subprocess.Popen
+    port: int
+    log_path: Path
+
+    @property
+    def target(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def signal(self, signum: int = signal.SIGTERM) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout)
+
+    def stop(self, timeout: float = 60.0) -> int | None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+def start_server(log_path: Path, extra_args: list[str] = (), port: int | None = None, env: dict[str, str] | None = None) -> ServerProcess:
+    port = port or free_port()
+    log = open(log_path, "w")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "server", "--port", str(port), *extra_args],
+        cwd=REPO_ROOT,
+        env=env or engine_environment(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    server = ServerProcess(process, port, log_path)
+    try:
+        wait_until_serving(server)
+    except BaseException:
+        server.stop(timeout=10)
+        raise
+    return server
+
+
+def wait_until_serving(server: ServerProcess, timeout: float = STARTUP_TIMEOUT_SECONDS) -> None:
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(server.target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            if server.process.poll() is not None:
+                raise RuntimeError(f"server exited with {server.process.returncode} during startup:\n{server.log_tail()}")
+            try:
+                status = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0).status
+                if status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.5)
+    raise TimeoutError(f"server not serving after {timeout:.0f}s:\n{server.log_tail()}")

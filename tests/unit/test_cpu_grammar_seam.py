@@ -1,0 +1,67 @@
+"""The CPU seam widens the grammar bitmask to every row, so vLLM never builds a pinned index tensor."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from vllm.v1.core.sched.output import GrammarOutput
+
+from engine_ext.seams.vllm_0_15 import CPU_GRAMMAR_BITMASK, SEAM_MARK, _mask_every_row_on_cpu, _with_a_row_for_every_request
+
+
+def test_unconstrained_rows_get_an_allow_all_mask_in_batch_order() -> None:
+    grammar = GrammarOutput(structured_output_request_ids=["c", "a"], grammar_bitmask=np.array([[1, 2], [3, 4]], dtype=np.int32))
+    scheduler = SimpleNamespace(scheduled_spec_decode_tokens={})
+    batch = SimpleNamespace(req_ids=["a", "b", "c"])
+    widened = _with_a_row_for_every_request(scheduler, grammar, batch)
+    assert widened.structured_output_request_ids == ["a", "b", "c"]
+    assert widened.grammar_bitmask.tolist() == [[3, 4], [-1, -1], [1, 2]]
+
+
+def test_speculative_rows_stay_with_their_request() -> None:
+    grammar = GrammarOutput(structured_output_request_ids=["a"], grammar_bitmask=np.array([[1, 1], [2, 2]], dtype=np.int32))
+    scheduler = SimpleNamespace(scheduled_spec_decode_tokens={"a": [99], "b": [98]})
+    widened = _with_a_row_for_every_request(scheduler, grammar, SimpleNamespace(req_ids=["b", "a"]))
+    assert widened.grammar_bitmask.tolist() == [[-1, -1], [-1, -1], [1, 1], [2, 2]]
+
+
+def test_the_wrapped_function_sees_every_row_on_cpu_only() -> None:
+    seen = []
+    wrapped = _mask_every_row_on_cpu(lambda s, g, b, logits: seen.append(g.structured_output_request_ids))
+    assert getattr(wrapped, SEAM_MARK) == CPU_GRAMMAR_BITMASK
+    grammar = GrammarOutput(structured_output_request_ids=["b"], grammar_bitmask=np.zeros((1, 2), dtype=np.int32))
+    scheduler = SimpleNamespace(scheduled_spec_decode_tokens={})
+    wrapped(scheduler, grammar, SimpleNamespace(req_ids=["a", "b"]), torch.zeros(2, 4))
+    wrapped(scheduler, grammar, SimpleNamespace(req_ids=["a", "b"]), torch.zeros(2, 4, device="meta"))
+    assert seen == [["a", "b"], ["b"]]
+
+
+def test_the_widened_mask_leaves_unconstrained_logits_untouched() -> None:
+    """Through vLLM's own apply_grammar_bitmask and xgrammar's CPU kernel: mixed rows, no crash."""
+    from vllm.v1.structured_output.utils import apply_grammar_bitmask
+
+    vocab = 64
+    allow_only_3 = np.zeros((1, vocab // 32), dtype=np.int32)
+    allow_only_3[0, 0] = 1 << 3
+    grammar = GrammarOutput(structured_output_request_ids=["s"], grammar_bitmask=allow_only_3)
+    logits = torch.arange(3 * vocab, dtype=torch.float32).reshape(3, vocab)
+    expected_free = logits[[0, 2]].clone()
+    scheduler = SimpleNamespace(scheduled_spec_decode_tokens={})
+    _mask_every_row_on_cpu(apply_grammar_bitmask)(scheduler, grammar, SimpleNamespace(req_ids=["u1", "s", "u2"]), logits)
+    assert torch.equal(logits[[0, 2]], expected_free)
+    assert torch.isinf(logits[1]).sum() == vocab - 1 and logits[1, 3] == 3 + vocab
+
+
+def test_without_the_seam_a_mixed_batch_crashes_on_a_driverless_host() -> None:
+    """The bug the seam exists for, reproduced with vLLM's unwrapped function."""
+    from vllm.v1.structured_output.utils import apply_grammar_bitmask
+
+    if torch.cuda.is_available():
+        pytest.skip("pinned memory works where an NVIDIA driver is present; the bug is CPU-host only")
+    grammar = GrammarOutput(structured_output_request_ids=["s"], grammar_bitmask=np.zeros((1, 2), dtype=np.int32))
+    scheduler = SimpleNamespace(scheduled_spec_decode_tokens={})
+    with pytest.raises(RuntimeError):
+        apply_grammar_bitmask(scheduler, grammar, SimpleNamespace(req_ids=["u", "s"]), torch.zeros(2, 64))
