@@ -1,0 +1,113 @@
+"""The PoC output head for a batch (poc-v2.md section 5): [B, H] last hidden states -> [B, k] float16.
+
+Steps per nonce: h = last hidden (float32); reject the whole batch if any value is not finite;
+h / (||h|| + 1e-8); pick k coordinates in the network's order; k-1 Householder steps with seeded unit
+vectors; y / (||y|| + 1e-8); float16. Every reduction is a fixed pairwise sum (see reductions), so a
+nonce's vector does not depend on the batch it was computed in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ._validate import require_int
+from .murmur import murmur3_32, seeds_tensor
+from .reductions import pairwise_norm, pairwise_sum
+from .rng import Backend, normal_rows
+from .seeds import pick_seed, rotation_seeds
+
+DEFAULT_K = 12
+_NORM_EPS = 1e-8
+_ROTATION_EPS = 1e-30
+
+
+class NonFiniteBatchError(ValueError):
+    """A batch's last hidden states hold NaN or inf: no artifact may be emitted for any of its nonces."""
+
+
+def check_k(k: int, hidden: int) -> int:
+    """k must be in [2, hidden]: one pick ordering needs k-1 >= 1 sorted entries plus the k-th."""
+    require_int("k", k)
+    if not 2 <= k <= hidden:
+        raise ValueError(f"k (k_dim) must be in [2, hidden={hidden}], got {k}")
+    return k
+
+
+def pick_indices(
+    block_hash: str,
+    public_key: str,
+    nonces: Sequence[int],
+    hidden: int,
+    k: int = DEFAULT_K,
+    device: torch.device | str | None = None,
+) -> torch.Tensor:
+    """[B, k] int64 coordinates in the network's order.
+
+    score[i] = murmur(i, pick seed), i < hidden (distinct: murmur is a bijection of the key). The k
+    smallest scores are taken; the k-1 smallest come in ascending INDEX order and the k-th smallest
+    last. That is what CUDA topk(-score, k, sorted=False) returns on the deployed network; it is built
+    explicitly here so every device gives it.
+    """
+    check_k(k, hidden)
+    seeds = seeds_tensor([pick_seed(block_hash, public_key, n, k) for n in nonces], device)
+    scores = murmur3_32(torch.arange(hidden, dtype=torch.int64, device=seeds.device), seeds.unsqueeze(1))
+    by_score = torch.topk(scores, k, dim=1, largest=False, sorted=True).indices
+    first = torch.sort(by_score[:, : k - 1], dim=1).values
+    return torch.cat((first, by_score[:, k - 1 :]), dim=1)
+
+
+def rotation_vectors(
+    block_hash: str,
+    public_key: str,
+    nonces: Sequence[int],
+    k: int = DEFAULT_K,
+    device: torch.device | str | None = None,
+    backend: Backend = "auto",
+) -> torch.Tensor:
+    """[B, k-1, k] float32: step j's vector normal(seed_j, k) / (||.|| + 1e-30) for every nonce."""
+    require_int("k", k)
+    if k < 2:
+        raise ValueError(f"k (k_dim) must be >= 2, got {k}")
+    seeds = [s for n in nonces for s in rotation_seeds(block_hash, public_key, n, k)]
+    w = normal_rows(seeds, k, device=device, backend=backend).view(len(nonces), k - 1, k)
+    return w / (pairwise_norm(w) + _ROTATION_EPS).unsqueeze(-1)
+
+
+def rotate(x: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+    """Apply x <- x - 2 (x.w_j) w_j for j = 0..k-2 in order; x [B, k], vectors [B, k-1, k]; float32."""
+    if x.dim() != 2 or vectors.shape != (x.shape[0], x.shape[1] - 1, x.shape[1]):
+        raise ValueError(f"rotation of x {tuple(x.shape)} needs vectors [B, k-1, k], got {tuple(vectors.shape)}")
+    x = x.to(torch.float32)
+    for j in range(vectors.shape[1]):
+        w = vectors[:, j]
+        x = x - (2.0 * pairwise_sum(x * w)).unsqueeze(-1) * w
+    return x
+
+
+def head_vectors(
+    last_hidden: torch.Tensor,
+    block_hash: str,
+    public_key: str,
+    nonces: Sequence[int],
+    k: int = DEFAULT_K,
+    backend: Backend = "auto",
+) -> torch.Tensor:
+    """[B, H] last-token hidden states after the final norm -> [B, k] float16 artifact vectors.
+
+    Raises NonFiniteBatchError if any value of the batch is NaN or inf (the whole batch is rejected).
+    """
+    if last_hidden.dim() != 2:
+        raise ValueError(f"last_hidden must be [batch, hidden], got shape {tuple(last_hidden.shape)}")
+    batch, hidden = last_hidden.shape
+    if batch != len(nonces):
+        raise ValueError(f"last_hidden has {batch} rows but {len(nonces)} nonces were given")
+    check_k(k, hidden)
+    h = last_hidden.to(torch.float32)
+    if not bool(torch.isfinite(h).all()):
+        raise NonFiniteBatchError(f"non-finite last hidden state in a batch of {batch}: batch rejected")
+    idx = pick_indices(block_hash, public_key, nonces, hidden, k, device=h.device)
+    x = torch.gather(h, 1, idx) / (pairwise_norm(h) + _NORM_EPS).unsqueeze(-1)
+    x = rotate(x, rotation_vectors(block_hash, public_key, nonces, k, device=h.device, backend=backend))
+    return (x / (pairwise_norm(x) + _NORM_EPS).unsqueeze(-1)).to(torch.float16)

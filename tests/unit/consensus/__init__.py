@@ -1,0 +1,1 @@
+"""Unit tests of engine_ext.consensus: conformance, batching, properties, bad input."""
