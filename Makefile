@@ -21,7 +21,7 @@ QUIET := 2>&1 | { grep -v "is neither a file nor a directory" || true; }
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup run test proto proto-check model bench bench-consensus clean
+.PHONY: help setup run test proto proto-check proto-lint model bench clean
 
 help:
 	@echo "make run      serve the embedded model on 127.0.0.1:50051 (extra server flags: ARGS='...')"
@@ -78,3 +78,7 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) .build
+
+# buf's linter, from the npm registry (not part of `make test`: it needs Node.js and a download).
+proto-lint:
+	cd protos && npx --yes @bufbuild/buf lint

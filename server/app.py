@@ -69,14 +69,19 @@ def require_port_free(options: ServerOptions) -> None:
 
 async def serve(options: ServerOptions, engine_args: AsyncEngineArgs) -> int:
     require_port_free(options)
+    # Installed before the engine's blocking start: a signal that arrives meanwhile is only noted
+    # (a Python-level handler raising inside vLLM's startup poll would be swallowed) and acted on
+    # once the engine is up, so its processes are always shut down, never orphaned.
+    trigger = ShutdownTrigger()
+    trigger.install_signal_handlers()
     engine = create_engine(engine_args)
     try:
-        return await _serve_engine(engine, options)
+        return await _serve_engine(engine, options, trigger)
     finally:
         engine.shutdown()
 
 
-async def _serve_engine(engine: MlnodeEngine, options: ServerOptions) -> int:
+async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, trigger: ShutdownTrigger) -> int:
     tokenizer = engine.llm.get_tokenizer()
     facts = read_model_facts(engine.llm.vllm_config, tokenizer)
     registry = RequestRegistry()
@@ -97,8 +102,6 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions) -> int:
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving %s on %s", facts.served_model_name, options.address)
 
-    trigger = ShutdownTrigger()
-    trigger.install_signal_handlers()
     watcher = asyncio.create_task(_watch_engine(engine, trigger))
     await trigger.wait()
     watcher.cancel()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -19,6 +20,8 @@ from server.model_facts import ModelFacts
 from server.request_registry import RequestRegistry
 from server.response_encoding import ResponseEncoder
 from server.translation import GenerationPlan, RequestTranslator
+
+log = logging.getLogger(__name__)
 
 
 class InferenceServicer(pb_grpc.InferenceServiceServicer):
@@ -67,6 +70,9 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             failure = ServiceError(grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_DEAD, "the engine has died; the server is going down")
         except EngineGenerateError as error:
             failure = ServiceError(grpc.StatusCode.INTERNAL, Reason.INTERNAL_ERROR, f"the engine failed the request: {error.__cause__!r}")
+        except Exception as error:  # never leave a stream without a status
+            log.exception("Generate failed")
+            failure = ServiceError(grpc.StatusCode.INTERNAL, Reason.INTERNAL_ERROR, f"internal error: {error!r}")
         if failure is not None:
             await abort_with(context, failure)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -78,5 +79,19 @@ def test_sigterm_drains_then_exits_zero(tmp_path) -> None:
             assert received[-1].finish.reason == pb.FINISH_REASON_ABORT
             assert time.monotonic() - signalled >= 3
         assert server.wait(timeout=60) == 0
+    finally:
+        server.stop(timeout=10)
+
+
+def test_a_dead_engine_takes_the_server_down_with_exit_code_1(tmp_path) -> None:
+    server = start_server(tmp_path / "server.log")
+    try:
+        with InferenceClient(server.target) as client:
+            status = client.server_status(include_engine_processes=True)
+            engine_core = next(p.pid for p in status.engine_processes if p.role == pb.EngineProcess.ROLE_ENGINE_CORE)
+            assert engine_core != server.pid
+            os.kill(engine_core, signal.SIGKILL)
+            assert server.wait(timeout=60) == 1, server.log_tail()
+        assert "the engine died" in server.log_path.read_text()
     finally:
         server.stop(timeout=10)
