@@ -1,7 +1,7 @@
 """Benchmark: PoC input generation for one batch (default 32 nonces x seq_len 1024 x hidden 4096, bf16).
 
 Compares engine_ext.consensus.generate_inputs (each backend) with the straightforward per-nonce torch
-formulation of poc-v2.md (written below, independently of the library), checks that every output is
+formulation of poc-v2.md (tests/support/spec_reference.py, independent of the library), checks that every output is
 bitwise equal to that formulation on the same device, and prints a table of times, throughput and
 peak extra device memory. Usage (from the repository root):
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import time
 from collections.abc import Callable
@@ -21,48 +20,19 @@ from pathlib import Path
 
 import torch
 
-from engine_ext.consensus import generate_inputs, input_seed, stronger_sub_seeds
+from engine_ext.consensus import generate_inputs
+from tests.support.spec_reference import spec_inputs
 
 BH = "00000a1b2c3d4e5f"
 PK = "02f3c9e8a7b6d5c4b3a2"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
-def spec_normal(seed: int, n: int, device: torch.device) -> torch.Tensor:
-    """poc-v2.md section 2 as written: one full-length int64 hash, uniforms and Box–Muller per call."""
-    m = 0xFFFFFFFF
-    p = (n + 1) // 2
-    k = torch.arange(2 * p, dtype=torch.int64, device=device)
-    k = (k * 0xCC9E2D51) & m
-    k = ((k << 15) | (k >> 17)) & m
-    k = (k * 0x1B873593) & m
-    h = seed ^ k
-    h = ((h << 13) | (h >> 19)) & m
-    h = (h * 5 + 0xE6546B64) & m
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & m
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & m
-    h ^= h >> 16
-    u = h.to(torch.float32) / 4294967296.0
-    u1 = torch.clamp(u[:p], min=1e-10)
-    u2 = u[p:]
-    r = torch.sqrt(-2.0 * torch.log(u1))
-    return torch.cat([r * torch.cos(2.0 * math.pi * u2), r * torch.sin(2.0 * math.pi * u2)])[:n]
-
-
-def spec_inputs(out: torch.Tensor, nonces: list[int], stronger: bool) -> None:
+def spec_batch(out: torch.Tensor, nonces: list[int], stronger: bool) -> None:
     """The straightforward formulation: per nonce, normal(...).view(S, H).to(dtype)."""
     _, seq_len, hidden = out.shape
-    n = seq_len * hidden
     for i, nonce in enumerate(nonces):
-        if stronger:
-            seg = -(-n // 8)
-            subs = stronger_sub_seeds(BH, PK, nonce)
-            flat = torch.cat([spec_normal(subs[j], min(seg, n - j * seg), out.device) for j in range(8) if j * seg < n])
-        else:
-            flat = spec_normal(input_seed(BH, PK, nonce), n, out.device)
-        out[i] = flat.view(seq_len, hidden).to(out.dtype)
+        out[i] = spec_inputs(BH, PK, nonce, seq_len, hidden, out.dtype, stronger, out.device)
 
 
 def timed(fn: Callable[[], None], device: torch.device, repeats: int, warmup: int) -> tuple[float, list[float]]:
@@ -121,7 +91,7 @@ def main() -> None:
 
     reference = {s: torch.empty(shape, dtype=dtype, device=device) for s in (False, True)}
     variants: list[tuple[str, bool, Callable[[torch.Tensor], None]]] = [
-        ("spec per-nonce (reference)", False, lambda o: spec_inputs(o, nonces, False))
+        ("spec per-nonce (reference)", False, lambda o: spec_batch(o, nonces, False))
     ]
     backends = ["cuda_fused", "torch"] if cuda else ["torch"]
     for backend in backends:
@@ -132,7 +102,7 @@ def main() -> None:
                 (f"generate_inputs {backend} tile 2^{log2}", False,
                  lambda o, b=backend, t=1 << log2: generate_inputs(o, BH, PK, nonces, backend=b, tile_elements=t))
             )
-    variants.append(("spec per-nonce, stronger RNG", True, lambda o: spec_inputs(o, nonces, True)))
+    variants.append(("spec per-nonce, stronger RNG", True, lambda o: spec_batch(o, nonces, True)))
     variants.append(
         (f"generate_inputs {backends[0]}, stronger RNG", True,
          lambda o, b=backends[0]: generate_inputs(o, BH, PK, nonces, stronger_rng=True, backend=b))

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import engine_ext.consensus as C
+from tests.support.spec_reference import spec_inputs, spec_normal
 from engine_ext.consensus import cuda_fused
 from engine_ext.consensus.murmur import murmur3_32
 from engine_ext.consensus.reductions import pairwise_norm, pairwise_sum
@@ -18,40 +19,6 @@ NONCES = [0, 1, 7, 123456789, -5, 2**31 - 1]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
 
-def spec_normal(seed: int, n: int) -> torch.Tensor:
-    """poc-v2.md section 2, written as plainly as possible (int64 masked arithmetic)."""
-    m = 0xFFFFFFFF
-    p = (n + 1) // 2
-    k = torch.arange(2 * p, dtype=torch.int64)
-    k = (k * 0xCC9E2D51) & m
-    k = ((k << 15) | (k >> 17)) & m
-    k = (k * 0x1B873593) & m
-    h = seed ^ k
-    h = ((h << 13) | (h >> 19)) & m
-    h = (h * 5 + 0xE6546B64) & m
-    h ^= h >> 16
-    h = (h * 0x85EBCA6B) & m
-    h ^= h >> 13
-    h = (h * 0xC2B2AE35) & m
-    h ^= h >> 16
-    u = h.to(torch.float32) / 4294967296.0
-    u1 = torch.clamp(u[:p], min=1e-10)
-    u2 = u[p:]
-    r = torch.sqrt(-2.0 * torch.log(u1))
-    return torch.cat([r * torch.cos(2.0 * math.pi * u2), r * torch.sin(2.0 * math.pi * u2)])[:n]
-
-
-def spec_inputs(nonce: int, seq_len: int, hidden: int, dtype: torch.dtype, stronger: bool) -> torch.Tensor:
-    n = seq_len * hidden
-    if not stronger:
-        flat = spec_normal(C.input_seed(BH, PK, nonce), n)
-    else:
-        seg = math.ceil(n / 8)
-        subs = C.stronger_sub_seeds(BH, PK, nonce)
-        flat = torch.cat([spec_normal(subs[j], min(seg, n - j * seg)) for j in range(8) if j * seg < n])[:n]
-    return flat.view(seq_len, hidden).to(dtype)
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("stronger", [False, True], ids=["base", "stronger"])
 @pytest.mark.parametrize(("seq_len", "hidden"), [(4, 8), (3, 7), (1, 1), (5, 9), (2, 33)])
@@ -59,7 +26,7 @@ def test_inputs_equal_the_spec_formulation(dtype: torch.dtype, stronger: bool, s
     out = torch.full((len(NONCES), seq_len, hidden), float("nan"), dtype=dtype)
     C.generate_inputs(out, BH, PK, NONCES, stronger_rng=stronger, tile_elements=16)
     for row, nonce in zip(out, NONCES):
-        assert torch.equal(row, spec_inputs(nonce, seq_len, hidden, dtype, stronger))
+        assert torch.equal(row, spec_inputs(BH, PK, nonce, seq_len, hidden, dtype, stronger))
 
 
 @pytest.mark.parametrize("stronger", [False, True], ids=["base", "stronger"])
@@ -84,7 +51,7 @@ def test_inputs_fill_rows_of_a_larger_buffer_in_place() -> None:
     assert torch.equal(buffer[0], torch.zeros(4, 8, dtype=torch.bfloat16))
     assert torch.equal(buffer[4], torch.zeros(4, 8, dtype=torch.bfloat16))
     for row, nonce in zip(buffer[1:4], [3, 4, 5]):
-        assert torch.equal(row, spec_inputs(nonce, 4, 8, torch.bfloat16, False))
+        assert torch.equal(row, spec_inputs(BH, PK, nonce, 4, 8, torch.bfloat16, False))
 
 
 def test_normal_rows_equal_single_normals() -> None:
