@@ -13,6 +13,10 @@ from typing import Any
 from vllm.v1.engine.async_llm import AsyncLLM
 
 
+class ExtensionMissing(RuntimeError):
+    pass
+
+
 @dataclass(frozen=True)
 class SchedulerState:
     running: int
@@ -29,6 +33,17 @@ class MlnodeEngine:
     async def scheduler_state(self) -> SchedulerState:
         state = await self.llm.engine_core.call_utility_async("mlnode_scheduler_state")
         return SchedulerState(**state)
+
+    async def require_extension(self) -> None:
+        """Fails unless the plugin ran in the engine core (VLLM_PLUGINS can exclude it): without its
+        seams the engine would serve, but wrongly."""
+        try:
+            await self.engine_core_report()
+        except Exception as error:
+            raise ExtensionMissing(
+                "the gonka_mlnode vLLM plugin is not active in the engine core; if VLLM_PLUGINS is set, "
+                f"it must include gonka_mlnode ({error})"
+            ) from error
 
     async def engine_core_report(self) -> dict[str, Any]:
         return await self.llm.engine_core.call_utility_async("mlnode_process_report")

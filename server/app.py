@@ -16,7 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from vllm.engine.arg_utils import AsyncEngineArgs
 
-from engine_ext.engine import MlnodeEngine
+from engine_ext.engine import ExtensionMissing, MlnodeEngine
 from engine_ext.engine_factory import create_engine
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import inference_pb2_grpc as pb_grpc
@@ -82,6 +82,10 @@ async def serve(options: ServerOptions, engine_args: AsyncEngineArgs) -> int:
 
 
 async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, trigger: ShutdownTrigger) -> int:
+    try:
+        await engine.require_extension()
+    except ExtensionMissing as error:
+        raise StartupError(str(error)) from error
     tokenizer = engine.llm.get_tokenizer()
     facts = read_model_facts(engine.llm.vllm_config, tokenizer)
     registry = RequestRegistry()

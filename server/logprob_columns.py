@@ -1,6 +1,7 @@
-"""vLLM's flat logprobs -> the columnar arrays of a TokenBatch.
+"""Engine logprobs -> the columnar arrays of a TokenBatch.
 
-vLLM (flat_logprobs=True) stores each position as [chosen token, top-1, ..., top-k] with ranks.
+Two sources: the engine's own arrays (token-batch path), and vLLM's flat logprobs
+(flat_logprobs=True), which store each position as [chosen token, top-1, ..., top-k] with ranks.
 When a slow consumer makes vLLM merge two deltas, the merged positions pass through a dict, which
 drops the chosen token's duplicate when it is itself in the top-k; both layouts are handled.
 """
@@ -11,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 
 from vllm.logprobs import FlatLogprobs
+
+from engine_ext.token_batches import LogprobArrays
 
 NEG_INF = -math.inf
 # The network's convention (OpenAI-compatible servers) for a logprob of -inf.
@@ -23,6 +26,21 @@ class LogprobColumns:
     ranks: list[int] = field(default_factory=list)
     top_ids: list[int] = field(default_factory=list)
     top_logprobs: list[float] = field(default_factory=list)
+
+    def slice(self, start: int, end: int, k: int) -> "LogprobColumns":
+        """Positions start..end-1."""
+        return LogprobColumns(
+            self.logprobs[start:end], self.ranks[start:end], self.top_ids[start * k : end * k], self.top_logprobs[start * k : end * k]
+        )
+
+
+def array_columns(arrays: LogprobArrays) -> LogprobColumns:
+    return LogprobColumns(
+        logprobs=_report_neg_inf(arrays.logprobs.tolist()),
+        ranks=arrays.ranks.tolist(),
+        top_ids=arrays.top_ids.ravel().tolist(),
+        top_logprobs=_report_neg_inf(arrays.top_logprobs.ravel().tolist()),
+    )
 
 
 def logprob_columns(flat: FlatLogprobs, chosen_ids: list[int], first_position: int, k: int) -> LogprobColumns:
@@ -76,3 +94,4 @@ def _report_neg_inf(values: list[float]) -> list[float]:
     if NEG_INF not in values:
         return values
     return [REPORTED_NEG_INF if value == NEG_INF else value for value in values]
+

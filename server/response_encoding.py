@@ -1,14 +1,22 @@
-"""One request's vLLM RequestOutputs -> GenerateResponse messages (columnar token batches)."""
+"""One request's engine outputs -> GenerateResponse messages (columnar token batches).
+
+Two kinds of engine output arrive: vLLM's RequestOutput (text, n > 1, prompt logprobs, final-only)
+and the lean TokenDelta of the token-batch path (engine_ext.token_batches). Both are reduced to
+the same per-output delta, then split into messages of at most `max_tokens_per_message` tokens.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import grpc
 from vllm.logprobs import FlatLogprobs
-from vllm.outputs import CompletionOutput, RequestOutput
+from vllm.outputs import RequestOutput
 
+from engine_ext.token_batches import TokenDelta
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.errors import Reason, ServiceError
-from server.logprob_columns import logprob_columns
+from server.logprob_columns import LogprobColumns, array_columns, logprob_columns
 from server.translation import GenerationPlan
 
 FINISH_REASONS: dict[str, int] = {
@@ -18,11 +26,21 @@ FINISH_REASONS: dict[str, int] = {
 }
 
 
-def token_batch(ids: list[int], flat: FlatLogprobs | None, first_position: int, k: int | None) -> pb.TokenBatch:
-    """Positions first_position.. of `flat` as a TokenBatch (ids only when no logprobs were asked)."""
-    if k is None or not ids:
+@dataclass
+class OutputDelta:
+    """What one output (of n) produced since the last message, whatever the engine's format."""
+
+    index: int
+    token_ids: list[int]
+    columns: LogprobColumns | None  # one entry per token id; None without logprobs
+    text: str
+    finish_reason: str | None
+    stop_reason: int | str | None
+
+
+def token_batch(ids: list[int], columns: LogprobColumns | None, k: int | None) -> pb.TokenBatch:
+    if columns is None or k is None:
         return pb.TokenBatch(ids=ids)
-    columns = logprob_columns(flat, ids, first_position, k)
     return pb.TokenBatch(
         ids=ids,
         logprobs=columns.logprobs,
@@ -44,9 +62,13 @@ class ResponseEncoder:
         self._prompt_logprobs_sent = False
 
     def encode(self, output: RequestOutput) -> list[pb.GenerateResponse]:
+        if isinstance(output, TokenDelta):
+            return self._messages(self._token_delta(output), output.prompt_length, output.num_cached_tokens)
+        prompt_length = len(output.prompt_token_ids or ())
         messages: list[pb.GenerateResponse] = []
         for completion in output.outputs:
-            messages.extend(self._encode_completion(output, completion))
+            delta = self._completion_delta(completion)
+            messages.extend(self._messages(delta, prompt_length, output.num_cached_tokens or 0))
         if self._prompt_logprobs is not None and not self._prompt_logprobs_sent and output.prompt_logprobs:
             if not messages:
                 messages.append(pb.GenerateResponse(request_id=self._request_id))
@@ -54,52 +76,57 @@ class ResponseEncoder:
             self._prompt_logprobs_sent = True
         return messages
 
-    def _encode_completion(self, output: RequestOutput, completion: CompletionOutput) -> list[pb.GenerateResponse]:
+    def _token_delta(self, delta: TokenDelta) -> OutputDelta:
+        k = self._top_logprobs
+        columns = array_columns(delta.logprob_arrays(k)) if k is not None and delta.token_ids else None
+        return OutputDelta(0, delta.token_ids, columns, "", delta.finish_reason, delta.stop_reason)
+
+    def _completion_delta(self, completion) -> OutputDelta:
         token_ids = list(completion.token_ids)
-        index = completion.index
-        self._generated[index] = self._generated.get(index, 0) + len(token_ids)
-        finish = self._finish(output, completion) if completion.finish_reason is not None else None
+        k = self._top_logprobs
+        columns = logprob_columns(completion.logprobs, token_ids, 0, k) if k is not None and token_ids else None
         text = completion.text if self._include_text else ""
-        step = self._chunk or len(token_ids) or 1
-        starts = range(0, len(token_ids), step) if token_ids else (0,)
-        if not token_ids and finish is None and not text:
+        return OutputDelta(completion.index, token_ids, columns, text, completion.finish_reason, completion.stop_reason)
+
+    def _messages(self, delta: OutputDelta, prompt_length: int, cached_tokens: int) -> list[pb.GenerateResponse]:
+        token_ids = delta.token_ids
+        self._generated[delta.index] = self._generated.get(delta.index, 0) + len(token_ids)
+        if not token_ids and delta.finish_reason is None and not delta.text:
             return []
+        step = self._chunk or len(token_ids) or 1
         messages = []
-        for start in starts:
-            chunk_ids = token_ids[start : start + step]
-            message = pb.GenerateResponse(
-                request_id=self._request_id, output_index=index, tokens=token_batch(chunk_ids, completion.logprobs, start, self._top_logprobs)
-            )
-            messages.append(message)
+        for start in range(0, max(len(token_ids), 1), step):
+            end = start + step
+            columns = delta.columns.slice(start, end, self._top_logprobs) if delta.columns is not None else None
+            batch = token_batch(token_ids[start:end], columns, self._top_logprobs)
+            messages.append(pb.GenerateResponse(request_id=self._request_id, output_index=delta.index, tokens=batch))
         last = messages[-1]
-        if text:
-            last.text = text
-        if finish is not None:
-            last.finish.CopyFrom(finish)
+        if delta.text:
+            last.text = delta.text
+        if delta.finish_reason is not None:
+            last.finish.CopyFrom(self._finish(delta, prompt_length, cached_tokens))
         return messages
 
     def _prompt_logprob_batch(self, output: RequestOutput) -> pb.PromptLogprobs:
         # Position 0 of vLLM's prompt logprobs is the unscored first token.
         scored_ids = list(output.prompt_token_ids[1:])
-        return pb.PromptLogprobs(tokens=token_batch(scored_ids, output.prompt_logprobs, 1, self._prompt_logprobs))
+        columns = logprob_columns(output.prompt_logprobs, scored_ids, 1, self._prompt_logprobs)
+        return pb.PromptLogprobs(tokens=token_batch(scored_ids, columns, self._prompt_logprobs))
 
-    def _finish(self, output: RequestOutput, completion: CompletionOutput) -> pb.Finish:
-        reason = FINISH_REASONS.get(completion.finish_reason)
+    def _finish(self, delta: OutputDelta, prompt_length: int, cached_tokens: int) -> pb.Finish:
+        reason = FINISH_REASONS.get(delta.finish_reason)
         if reason is None:
             raise ServiceError(
                 grpc.StatusCode.INTERNAL,
                 Reason.INTERNAL_ERROR,
-                f"the engine failed output {completion.index} ({completion.finish_reason}); retry the request",
+                f"the engine failed output {delta.index} ({delta.finish_reason}); retry the request",
             )
         usage = pb.Usage(
-            prompt_tokens=len(output.prompt_token_ids or ()),
-            completion_tokens=self._generated[completion.index],
-            cached_tokens=output.num_cached_tokens or 0,
+            prompt_tokens=prompt_length, completion_tokens=self._generated[delta.index], cached_tokens=cached_tokens
         )
         finish = pb.Finish(reason=reason, usage=usage)
-        stop_reason = completion.stop_reason
-        if isinstance(stop_reason, str):
-            finish.stop_string = stop_reason
-        elif isinstance(stop_reason, int):
-            finish.stop_token_id = stop_reason
+        if isinstance(delta.stop_reason, str):
+            finish.stop_string = delta.stop_reason
+        elif isinstance(delta.stop_reason, int):
+            finish.stop_token_id = delta.stop_reason
         return finish

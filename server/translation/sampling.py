@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import grpc
 from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
 
+from engine_ext.token_batches import request_token_batches
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.errors import Reason, ServiceError, invalid_field
 from server.model_facts import ModelFacts
@@ -85,7 +86,7 @@ def sampling_params(
 
     include_text = request.stream.include_text
     try:
-        return SamplingParams(
+        params = SamplingParams(
             **kwargs,
             stop=stop or None,
             stop_token_ids=stop_token_ids or None,
@@ -99,6 +100,8 @@ def sampling_params(
         )
     except ValueError as error:
         raise invalid_field("sampling", str(error)) from error
+    request_token_batches(params)
+    return params
 
 
 def _finite(value: float) -> bool:

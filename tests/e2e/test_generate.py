@@ -220,3 +220,33 @@ def test_a_seeded_prompt_longer_than_one_engine_step(client: InferenceClient) ->
     assert unsplit.usage.cached_tokens > len(prompt) - MAX_TOKENS_PER_STEP
     assert split.usage.cached_tokens == 0
     assert split.token_ids == unsplit.token_ids and len(split.token_ids) == 8
+
+
+def test_token_batches_equal_vllms_own_outputs(server) -> None:
+    """Streams without text take the lean token-batch path; vLLM's own path (final-only) must give
+    the same tokens and logprobs, with different top-k sizes sharing a batch."""
+    cases = ((1, 2), (2, 5), (3, 0))
+
+    async def run(final_only: bool) -> list[Generation]:
+        async with AsyncInferenceClient(server.target) as aio:
+            jobs = (
+                aio.generate(token_ids=PROMPT_IDS, max_tokens=20, temperature=1.0, seed=seed, top_logprobs=k, final_only=final_only)
+                for seed, k in cases
+            )
+            return await asyncio.gather(*jobs)
+
+    lean, reference = asyncio.run(run(final_only=False)), asyncio.run(run(final_only=True))
+    for (seed, k), streamed, whole in zip(cases, lean, reference):
+        assert streamed.first.token_ids == whole.first.token_ids, (seed, k)
+        assert streamed.first.logprobs == whole.first.logprobs, (seed, k)
+        assert [len(row) for row in streamed.first.logprobs.top_ids] == ([k] * 20 if k else [])
+
+
+def test_minus_infinity_is_reported_as_minus_9999(client: InferenceClient) -> None:
+    # The grammar mask runs before the logprobs are taken: tokens it forbids have logprob -inf.
+    for final_only in (False, True):
+        # ["yes", "no"] allows about five first tokens ("y", "ye", "yes", "n", "no"); ask for more.
+        output = client.generate(prompt="Answer:", choice=["yes", "no"], top_logprobs=12, temperature=0.0, final_only=final_only).first
+        first_position = output.logprobs.top_logprobs[0]
+        assert first_position[-1] == -9999.0 and first_position[0] > -9999.0
+        assert all(value != float("-inf") for row in output.logprobs.top_logprobs for value in row)

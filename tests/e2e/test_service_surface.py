@@ -18,6 +18,12 @@ from gonka.mlnode.v1 import inference_pb2 as pb
 from tests.support.server_process import REPO_ROOT
 
 SERVICE = "gonka.mlnode.v1.InferenceService"
+ENGINE_SEAMS_ON_CPU = {
+    "token_batch_outputs",
+    "cpu_grammar_bitmask_without_pinned_memory",
+    "cpu_seeded_rows_in_mixed_batches",
+    "cpu_seeded_chunked_prefill",
+}
 
 
 def grpcurl_binary() -> str:
@@ -53,7 +59,7 @@ def test_server_status_reports_the_plugin_in_every_engine_process(server, client
     for process in detailed.engine_processes:
         assert process.pid != server.pid  # the plugin ran in vLLM's own processes, not only the API's
         assert process.vllm_version == "0.15.1"
-        assert set(process.seams) == {"cpu_grammar_bitmask_without_pinned_memory", "cpu_seeded_rows_in_mixed_batches", "cpu_seeded_chunked_prefill"}
+        assert set(process.seams) == ENGINE_SEAMS_ON_CPU
 
 
 def test_health_reports_serving_for_the_server_and_each_service(server) -> None:
