@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -60,8 +61,13 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                 async for output in self._engine.llm.generate(prompt, plan.sampling_params, request_id):
                     for message in encoder.encode(output):
                         yield message
-                    if entry.abort_requested and not output.finished:
+                    if output.finished:
+                        break
+                    if entry.abort_requested:
                         await self._engine.llm.abort(request_id)
+                    elif plan.coalesce_seconds:
+                        # vLLM merges the outputs that arrive meanwhile into the next one.
+                        await asyncio.sleep(plan.coalesce_seconds)
         except ServiceError as error:
             failure = error
         except ValueError as error:

@@ -48,6 +48,7 @@ BAD_REQUESTS = {
     "empty text": (raw_request(text=""), "INVALID_FIELD", "text"),
     "empty token ids": (raw_request(token_ids=pb.TokenIds()), "INVALID_FIELD", "token_ids.ids"),
     "request id too long": (build_request(token_ids=PROMPT_IDS, request_id="x" * 300), "INVALID_FIELD", "request_id"),
+    "coalescing window too long": (build_request(token_ids=PROMPT_IDS, coalesce_ms=60_001), "INVALID_FIELD", "stream.coalesce_ms"),
 }
 
 

@@ -250,3 +250,15 @@ def test_minus_infinity_is_reported_as_minus_9999(client: InferenceClient) -> No
         first_position = output.logprobs.top_logprobs[0]
         assert first_position[-1] == -9999.0 and first_position[0] > -9999.0
         assert all(value != float("-inf") for row in output.logprobs.top_logprobs for value in row)
+
+
+def test_coalescing_sends_fewer_messages_with_the_same_tokens(client: InferenceClient) -> None:
+    request = dict(token_ids=PROMPT_IDS, max_tokens=40, temperature=0.0, top_logprobs=3, ignore_eos=True)
+    every_step = client.generate(**request)
+    responses = list(client.stream(**request, coalesce_ms=250))
+    assert len(responses) < every_step.first.messages / 3
+    coalesced = Generation()
+    for response in responses:
+        coalesced.add(response)
+    assert coalesced.first.token_ids == every_step.first.token_ids
+    assert coalesced.first.logprobs == every_step.first.logprobs

@@ -20,7 +20,7 @@ PROMPT = [10, 11, 12]
 def plan(top_logprobs: int | None = None, chunk: int = 0, include_text: bool = False, prompt_logprobs: int | None = None) -> GenerationPlan:
     return GenerationPlan(
         prompt_token_ids=PROMPT, sampling_params=SamplingParams(), top_logprobs=top_logprobs, prompt_logprobs=prompt_logprobs,
-        max_tokens_per_message=chunk, include_text=include_text, constraint_field=None,
+        max_tokens_per_message=chunk, include_text=include_text, coalesce_seconds=0.0, constraint_field=None,
     )
 
 

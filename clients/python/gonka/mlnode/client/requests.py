@@ -36,6 +36,7 @@ def build_request(
     include_text: bool = False,
     max_tokens_per_message: int = 0,
     final_only: bool = False,
+    coalesce_ms: int = 0,
     **sampling: Any,
 ) -> pb.GenerateRequest:
     """Exactly one of prompt, token_ids or messages ((role, content) pairs). Other keyword arguments
@@ -49,7 +50,10 @@ def build_request(
         request_id=request_id,
         sampling=pb.SamplingOptions(**{name: value for name, value in sampling.items() if value is not None}),
         stream=pb.StreamOptions(
-            include_text=include_text, max_tokens_per_message=max_tokens_per_message, final_only=final_only
+            include_text=include_text,
+            max_tokens_per_message=max_tokens_per_message,
+            final_only=final_only,
+            coalesce_ms=coalesce_ms,
         ),
     )
     if prompt is not None:

@@ -141,14 +141,16 @@ class ChoiceList(_message.Message):
     def __init__(self, choices: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StreamOptions(_message.Message):
-    __slots__ = ("max_tokens_per_message", "include_text", "final_only")
+    __slots__ = ("max_tokens_per_message", "include_text", "final_only", "coalesce_ms")
     MAX_TOKENS_PER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_TEXT_FIELD_NUMBER: _ClassVar[int]
     FINAL_ONLY_FIELD_NUMBER: _ClassVar[int]
+    COALESCE_MS_FIELD_NUMBER: _ClassVar[int]
     max_tokens_per_message: int
     include_text: bool
     final_only: bool
-    def __init__(self, max_tokens_per_message: _Optional[int] = ..., include_text: _Optional[bool] = ..., final_only: _Optional[bool] = ...) -> None: ...
+    coalesce_ms: int
+    def __init__(self, max_tokens_per_message: _Optional[int] = ..., include_text: _Optional[bool] = ..., final_only: _Optional[bool] = ..., coalesce_ms: _Optional[int] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("request_id", "output_index", "tokens", "text", "prompt_logprobs", "finish")
