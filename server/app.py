@@ -12,6 +12,7 @@ import socket
 import grpc
 import torch
 import vllm
+import vllm.envs as vllm_envs
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from vllm.engine.arg_utils import AsyncEngineArgs
@@ -106,9 +107,12 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, trigger: S
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving %s on %s", facts.served_model_name, options.address)
 
-    watcher = asyncio.create_task(_watch_engine(engine, trigger))
+    background = [asyncio.create_task(_watch_engine(engine, trigger))]
+    if engine.llm.log_stats:
+        background.append(asyncio.create_task(_log_engine_stats(engine)))
     await trigger.wait()
-    watcher.cancel()
+    for task in background:
+        task.cancel()
     log.info("shutting down (%s)", trigger.reason)
     admission.close()
     await health.enter_graceful_shutdown()
@@ -140,6 +144,13 @@ async def _watch_engine(engine: MlnodeEngine, trigger: ShutdownTrigger) -> None:
         await asyncio.sleep(ENGINE_WATCH_INTERVAL_SECONDS)
     log.error("the engine died; going down")
     trigger.request("engine died", exit_code=1)
+
+
+async def _log_engine_stats(engine: MlnodeEngine) -> None:
+    """vLLM's periodic throughput / queue / KV-cache log line, as its own servers print it."""
+    while True:
+        await asyncio.sleep(vllm_envs.VLLM_LOG_STATS_INTERVAL)
+        await engine.llm.do_log_stats()
 
 
 def _versions() -> pb.Versions:
