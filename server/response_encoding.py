@@ -38,17 +38,16 @@ class OutputDelta:
     stop_reason: int | str | None
 
 
-def token_batch(ids: list[int], columns: LogprobColumns | None, k: int | None) -> pb.TokenBatch:
+def fill_token_batch(batch: pb.TokenBatch, ids: list[int], columns: LogprobColumns | None, k: int | None) -> None:
+    """In place: building the sub-message inside its parent saves a copy per message."""
+    batch.ids.extend(ids)
     if columns is None or k is None:
-        return pb.TokenBatch(ids=ids)
-    return pb.TokenBatch(
-        ids=ids,
-        logprobs=columns.logprobs,
-        ranks=columns.ranks,
-        top_k=k,
-        top_ids=columns.top_ids,
-        top_logprobs=columns.top_logprobs,
-    )
+        return
+    batch.logprobs.extend(columns.logprobs)
+    batch.ranks.extend(columns.ranks)
+    batch.top_k = k
+    batch.top_ids.extend(columns.top_ids)
+    batch.top_logprobs.extend(columns.top_logprobs)
 
 
 class ResponseEncoder:
@@ -98,8 +97,9 @@ class ResponseEncoder:
         for start in range(0, max(len(token_ids), 1), step):
             end = start + step
             columns = delta.columns.slice(start, end, self._top_logprobs) if delta.columns is not None else None
-            batch = token_batch(token_ids[start:end], columns, self._top_logprobs)
-            messages.append(pb.GenerateResponse(request_id=self._request_id, output_index=delta.index, tokens=batch))
+            message = pb.GenerateResponse(request_id=self._request_id, output_index=delta.index)
+            fill_token_batch(message.tokens, token_ids[start:end], columns, self._top_logprobs)
+            messages.append(message)
         last = messages[-1]
         if delta.text:
             last.text = delta.text
@@ -111,7 +111,9 @@ class ResponseEncoder:
         # Position 0 of vLLM's prompt logprobs is the unscored first token.
         scored_ids = list(output.prompt_token_ids[1:])
         columns = logprob_columns(output.prompt_logprobs, scored_ids, 1, self._prompt_logprobs)
-        return pb.PromptLogprobs(tokens=token_batch(scored_ids, columns, self._prompt_logprobs))
+        prompt_logprobs = pb.PromptLogprobs()
+        fill_token_batch(prompt_logprobs.tokens, scored_ids, columns, self._prompt_logprobs)
+        return prompt_logprobs
 
     def _finish(self, delta: OutputDelta, prompt_length: int, cached_tokens: int) -> pb.Finish:
         reason = FINISH_REASONS.get(delta.finish_reason)

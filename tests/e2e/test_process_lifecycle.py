@@ -105,3 +105,18 @@ def test_the_server_refuses_to_serve_without_its_vllm_plugin() -> None:
     )
     assert completed.returncode == 2, completed.stderr[-2000:]
     assert "the gonka_mlnode vLLM plugin is not active in the engine core" in completed.stderr
+
+
+def test_help_documents_the_server_flags_beside_vllms_engine_flags() -> None:
+    def help_text(*flags: str) -> str:
+        completed = subprocess.run([sys.executable, "-m", "server", *flags], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+        assert completed.returncode == 0, completed.stderr[-2000:]
+        return completed.stdout
+
+    overview = help_text("--help")
+    for flag in ("--host", "--port", "--shutdown-grace", "--model", "--tensor-parallel-size", "--max-model-len", "--dtype"):
+        assert flag in overview, flag
+    assert "embedded tiny Qwen3" in overview
+    server_group = help_text("--help=server")
+    assert "--shutdown-grace SECONDS" in server_group and "default: 50051" in server_group
+    assert "--tensor-parallel-size" in help_text("--help=ParallelConfig")
