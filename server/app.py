@@ -18,7 +18,8 @@ from grpc_health.v1.health import aio as health_aio
 from vllm.engine.arg_utils import AsyncEngineArgs
 
 from engine_ext.engine import ExtensionMissing, MlnodeEngine
-from engine_ext.engine_factory import create_engine
+from engine_ext.engine_factory import EngineConfigurationError, create_engine
+from engine_ext.vllm_version import UnsupportedVllmVersion
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import inference_pb2_grpc as pb_grpc
 from server.admission import Admission
@@ -75,7 +76,10 @@ async def serve(options: ServerOptions, engine_args: AsyncEngineArgs) -> int:
     # once the engine is up, so its processes are always shut down, never orphaned.
     trigger = ShutdownTrigger()
     trigger.install_signal_handlers()
-    engine = create_engine(engine_args)
+    try:
+        engine = create_engine(engine_args)
+    except (EngineConfigurationError, UnsupportedVllmVersion) as error:
+        raise StartupError(str(error)) from error
     try:
         return await _serve_engine(engine, options, trigger)
     finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 # The network reports top-5; 20 is vLLM's default ceiling and the contract's.
 MAX_LOGPROBS = 20
@@ -29,7 +30,7 @@ class ModelFacts:
         return max(self.tokenizer_max_token_id, self.vocab_size - 1)
 
 
-def read_model_facts(vllm_config, tokenizer) -> ModelFacts:
+def read_model_facts(vllm_config: Any, tokenizer: Any) -> ModelFacts:
     model_config = vllm_config.model_config
     engine_max_logprobs = model_config.max_logprobs
     max_logprobs = MAX_LOGPROBS if engine_max_logprobs < 0 else min(MAX_LOGPROBS, engine_max_logprobs)

@@ -120,3 +120,13 @@ def test_help_documents_the_server_flags_beside_vllms_engine_flags() -> None:
     server_group = help_text("--help=server")
     assert "--shutdown-grace SECONDS" in server_group and "default: 50051" in server_group
     assert "--tensor-parallel-size" in help_text("--help=ParallelConfig")
+
+
+def test_a_foreign_worker_extension_is_refused_with_a_clear_message() -> None:
+    completed = subprocess.run(
+        [sys.executable, "-m", "server", "--port", "0", "--worker-extension-cls", "some.other.Extension"],
+        cwd=REPO_ROOT, env=engine_environment(), capture_output=True, text=True, timeout=120, check=False,
+    )
+    assert completed.returncode == 2
+    assert "--worker-extension-cls 'some.other.Extension' is not supported" in completed.stderr
+    assert "Traceback" not in completed.stderr
