@@ -52,13 +52,13 @@ def sampling_params(
             _require(valid, f"sampling.{name}", expectation)
             kwargs[name] = getattr(options, name)
 
-    optional("temperature", _finite(options.temperature) and options.temperature >= 0, "must be >= 0")
-    optional("top_p", _finite(options.top_p) and 0 < options.top_p <= 1, "must be in (0, 1]")
+    optional("temperature", math.isfinite(options.temperature) and options.temperature >= 0, "must be >= 0")
+    optional("top_p", math.isfinite(options.top_p) and 0 < options.top_p <= 1, "must be in (0, 1]")
     optional("top_k", options.top_k >= -1, "must be >= 1, or 0 / -1 for no limit")
-    optional("min_p", _finite(options.min_p) and 0 <= options.min_p <= 1, "must be in [0, 1]")
-    optional("presence_penalty", _finite(options.presence_penalty) and -2 <= options.presence_penalty <= 2, "must be in [-2, 2]")
-    optional("frequency_penalty", _finite(options.frequency_penalty) and -2 <= options.frequency_penalty <= 2, "must be in [-2, 2]")
-    optional("repetition_penalty", _finite(options.repetition_penalty) and options.repetition_penalty > 0, "must be > 0")
+    optional("min_p", math.isfinite(options.min_p) and 0 <= options.min_p <= 1, "must be in [0, 1]")
+    optional("presence_penalty", math.isfinite(options.presence_penalty) and -2 <= options.presence_penalty <= 2, "must be in [-2, 2]")
+    optional("frequency_penalty", math.isfinite(options.frequency_penalty) and -2 <= options.frequency_penalty <= 2, "must be in [-2, 2]")
+    optional("repetition_penalty", math.isfinite(options.repetition_penalty) and options.repetition_penalty > 0, "must be > 0")
     optional("seed", True, "")
     optional("max_tokens", options.max_tokens >= 1, "must be >= 1")
     optional("min_tokens", options.min_tokens >= 0, "must be >= 0")
@@ -102,10 +102,6 @@ def sampling_params(
         raise invalid_field("sampling", str(error)) from error
     request_token_batches(params)
     return params
-
-
-def _finite(value: float) -> bool:
-    return math.isfinite(value)
 
 
 def _require(condition: bool, field: str, expectation: str) -> None:

@@ -20,10 +20,11 @@ class TokenLogprobs:
         self.logprobs.extend(batch.logprobs)
         self.ranks.extend(batch.ranks)
         k = batch.top_k
-        for start in range(0, len(batch.top_ids), k or 1):
-            if k:
-                self.top_ids.append(list(batch.top_ids[start : start + k]))
-                self.top_logprobs.append(list(batch.top_logprobs[start : start + k]))
+        if not k:
+            return
+        for start in range(0, len(batch.top_ids), k):
+            self.top_ids.append(list(batch.top_ids[start : start + k]))
+            self.top_logprobs.append(list(batch.top_logprobs[start : start + k]))
 
 
 @dataclass
