@@ -139,7 +139,7 @@ async def _drain(engine: MlnodeEngine, registry: RequestRegistry, trigger: Shutd
     remaining = registry.request_ids()
     if remaining and not engine.errored:
         log.info("aborting %d in-flight request(s)", len(remaining))
-        await engine.llm.abort(remaining)
+        await engine.abort(remaining)
         await registry.wait_until_empty(ABORT_FLUSH_SECONDS)
 
 

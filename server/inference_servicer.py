@@ -58,13 +58,13 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             with self._registry.track(request_id) as entry:
                 encoder = ResponseEncoder(request_id, plan)
                 prompt = TokensPrompt(prompt_token_ids=plan.prompt_token_ids)
-                async for output in self._engine.llm.generate(prompt, plan.sampling_params, request_id):
+                async for output in self._engine.generate(prompt, plan.sampling_params, request_id):
                     for message in encoder.encode(output):
                         yield message
                     if output.finished:
                         break
                     if entry.abort_requested:
-                        await self._engine.llm.abort(request_id)
+                        await self._engine.abort([request_id])
                     elif plan.coalesce_seconds:
                         # vLLM merges the outputs that arrive meanwhile into the next one.
                         await asyncio.sleep(plan.coalesce_seconds)
@@ -95,7 +95,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                 ),
             )
         entry.abort_requested = True
-        await self._engine.llm.abort(request.request_id)
+        await self._engine.abort([request.request_id])
         return pb.AbortResponse()
 
     async def GetModelInfo(self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext) -> pb.GetModelInfoResponse:

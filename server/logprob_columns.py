@@ -1,6 +1,6 @@
 """Engine logprobs -> the columnar arrays of a TokenBatch.
 
-Two sources: the engine's own arrays (token-batch path), and vLLM's flat logprobs
+Two sources: the engine's packed logprobs (token streams), and vLLM's flat logprobs
 (flat_logprobs=True), which store each position as [chosen token, top-1, ..., top-k] with ranks.
 When a slow consumer makes vLLM merge two deltas, the merged positions pass through a dict, which
 drops the chosen token's duplicate when it is itself in the top-k; both layouts are handled.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from vllm.logprobs import FlatLogprobs
 
-from engine_ext.token_batches import LogprobArrays
+from engine_ext.token_streams import TokenDelta
 
 NEG_INF = -math.inf
 # The network's convention (OpenAI-compatible servers) for a logprob of -inf.
@@ -36,13 +36,9 @@ class LogprobColumns:
         )
 
 
-def array_columns(arrays: LogprobArrays) -> LogprobColumns:
-    return LogprobColumns(
-        logprobs=_report_neg_inf(arrays.logprobs.tolist()),
-        ranks=arrays.ranks.tolist(),
-        top_ids=arrays.top_ids.ravel().tolist(),
-        top_logprobs=_report_neg_inf(arrays.top_logprobs.ravel().tolist()),
-    )
+def token_delta_columns(delta: TokenDelta, k: int) -> LogprobColumns:
+    logprobs, ranks, top_ids, top_logprobs = delta.logprob_columns(k)
+    return LogprobColumns(_report_neg_inf(logprobs), ranks, top_ids, _report_neg_inf(top_logprobs))
 
 
 def logprob_columns(flat: FlatLogprobs, chosen_ids: list[int], first_position: int, k: int) -> LogprobColumns:

@@ -1,7 +1,7 @@
 """One request's engine outputs -> GenerateResponse messages (columnar token batches).
 
 Two kinds of engine output arrive: vLLM's RequestOutput (text, n > 1, prompt logprobs, final-only)
-and the lean TokenDelta of the token-batch path (engine_ext.token_batches). Both are reduced to
+and the lean TokenDelta of the token streams (engine_ext.token_streams). Both are reduced to
 the same per-output delta, then split into messages of at most `max_tokens_per_message` tokens.
 """
 
@@ -13,10 +13,10 @@ import grpc
 from vllm.logprobs import FlatLogprobs
 from vllm.outputs import RequestOutput
 
-from engine_ext.token_batches import TokenDelta
+from engine_ext.token_streams import TokenDelta
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.errors import Reason, ServiceError
-from server.logprob_columns import LogprobColumns, array_columns, logprob_columns
+from server.logprob_columns import LogprobColumns, logprob_columns, token_delta_columns
 from server.translation import GenerationPlan
 
 FINISH_REASONS: dict[str, int] = {
@@ -60,7 +60,7 @@ class ResponseEncoder:
         self._generated: dict[int, int] = {}
         self._prompt_logprobs_sent = False
 
-    def encode(self, output: RequestOutput) -> list[pb.GenerateResponse]:
+    def encode(self, output: RequestOutput | TokenDelta) -> list[pb.GenerateResponse]:
         if isinstance(output, TokenDelta):
             return self._messages(self._token_delta(output), output.prompt_length, output.num_cached_tokens)
         prompt_length = len(output.prompt_token_ids or ())
@@ -77,7 +77,7 @@ class ResponseEncoder:
 
     def _token_delta(self, delta: TokenDelta) -> OutputDelta:
         k = self._top_logprobs
-        columns = array_columns(delta.logprob_arrays(k)) if k is not None and delta.token_ids else None
+        columns = token_delta_columns(delta, k) if k is not None and delta.token_ids else None
         return OutputDelta(0, delta.token_ids, columns, "", delta.finish_reason, delta.stop_reason)
 
     def _completion_delta(self, completion) -> OutputDelta:

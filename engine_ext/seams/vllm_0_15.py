@@ -12,11 +12,11 @@ SEAM_MARK = "__gonka_mlnode_seam__"
 CPU_GRAMMAR_BITMASK = "cpu_grammar_bitmask_without_pinned_memory"
 CPU_SEEDED_MIXED_BATCH = "cpu_seeded_rows_in_mixed_batches"
 CPU_SEEDED_CHUNKED_PREFILL = "cpu_seeded_chunked_prefill"
-TOKEN_BATCH_OUTPUTS = "token_batch_outputs"
+PACKED_LOGPROBS = "packed_logprobs"
 
 
 def install_seams(is_cpu_platform: bool) -> None:
-    _install_token_batch_outputs()
+    _install_packed_logprobs()
     if is_cpu_platform:
         _install_cpu_grammar_bitmask()
         _install_cpu_seeded_mixed_batch()
@@ -25,12 +25,12 @@ def install_seams(is_cpu_platform: bool) -> None:
 
 def installed_seams() -> list[str]:
     """Names of the seams in place in this process, read off the patched objects."""
-    from vllm.v1.engine.output_processor import RequestState
+    from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
     from vllm.v1.worker import gpu_model_runner
 
     patched = (
-        RequestState.make_request_output,
+        Scheduler.update_from_output,
         gpu_model_runner.apply_grammar_bitmask,
         TopKTopPSampler.forward_cpu,
         gpu_model_runner.GPUModelRunner.sample_tokens,
@@ -148,44 +148,37 @@ def _install_cpu_seeded_chunked_prefill() -> None:
     GPUModelRunner.sample_tokens = _mark(sample_tokens, CPU_SEEDED_CHUNKED_PREFILL, original)
 
 
-def _install_token_batch_outputs() -> None:
-    """Requests flagged for token batches skip the frontend's per-token Python objects.
+def _install_packed_logprobs() -> None:
+    """Token streams get their sampled logprobs as one bytes value per request and step.
 
-    vLLM builds a RequestOutput, a CompletionOutput and (with logprobs) a per-position structure for
-    every token of every request; no public hook changes what the frontend builds. For flagged
-    requests (engine_ext.token_batches) the request state keeps the engine's logprob arrays as they
-    arrive and hands out TokenDelta objects; all other requests are untouched.
+    The scheduler's update_from_output builds every request's EngineCoreOutput with a LogprobsLists
+    of three numpy arrays, which the frontend decodes one hook call at a time. For requests that
+    asked for packing (engine_ext.packed_logprobs) the arrays are replaced by their packed bytes.
+    Which requests asked is read before the original runs, since it frees the finished ones.
     """
-    from vllm.v1.engine.output_processor import RequestState
+    from vllm.v1.core.sched.scheduler import Scheduler
 
-    from engine_ext.token_batches import PendingLogprobs, TokenDelta, wants_token_batches
+    from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, wants_packed_logprobs
 
-    original_make = RequestState.make_request_output
-    if getattr(original_make, SEAM_MARK, None) == TOKEN_BATCH_OUTPUTS:
+    original = Scheduler.update_from_output
+    if getattr(original, SEAM_MARK, None) == PACKED_LOGPROBS:
         return
-    original_new = RequestState.from_new_request.__func__
 
-    def from_new_request(cls: type, tokenizer: Any, request: Any, *args: Any, **kwargs: Any) -> Any:
-        state = original_new(cls, tokenizer, request, *args, **kwargs)
-        if wants_token_batches(request.sampling_params) and state.stream_interval <= 1:
-            state.logprobs_processor = PendingLogprobs()
-            state.gonka_token_batches = True
-        return state
+    def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
+        packed: set[str] = set()
+        if model_runner_output.logprobs is not None:
+            requests = self.requests
+            for request_id in scheduler_output.num_scheduled_tokens:
+                request = requests.get(request_id)
+                if request is not None and wants_packed_logprobs(request.sampling_params):
+                    packed.add(request_id)
+        outputs = original(self, scheduler_output, model_runner_output)
+        if packed:
+            for client_outputs in outputs.values():
+                for output in client_outputs.outputs:
+                    if output.new_logprobs is not None and output.request_id in packed:
+                        output.kv_transfer_params = {**(output.kv_transfer_params or {}), PACKED_LOGPROBS_KEY: pack(output.new_logprobs)}
+                        output.new_logprobs = None
+        return outputs
 
-    def make_request_output(
-        self: Any, new_token_ids: list[int], pooling_output: Any, finish_reason: Any, stop_reason: Any, *args: Any, **kwargs: Any
-    ) -> Any:
-        if not getattr(self, "gonka_token_batches", False):
-            return original_make(self, new_token_ids, pooling_output, finish_reason, stop_reason, *args, **kwargs)
-        return TokenDelta(
-            request_id=self.external_req_id,
-            token_ids=list(new_token_ids),
-            logprobs=self.logprobs_processor.take(),
-            finish_reason=None if finish_reason is None else str(finish_reason),
-            stop_reason=stop_reason if finish_reason is not None else None,
-            num_cached_tokens=self.num_cached_tokens or 0,
-            prompt_length=len(self.prompt_token_ids or ()),
-        )
-
-    RequestState.from_new_request = classmethod(from_new_request)
-    RequestState.make_request_output = _mark(make_request_output, TOKEN_BATCH_OUTPUTS, original_make)
+    Scheduler.update_from_output = _mark(update_from_output, PACKED_LOGPROBS, original)

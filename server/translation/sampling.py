@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import grpc
 from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
 
-from engine_ext.token_batches import request_token_batches
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.errors import Reason, ServiceError, invalid_field
 from server.model_facts import ModelFacts
@@ -100,7 +99,6 @@ def sampling_params(
         )
     except ValueError as error:
         raise invalid_field("sampling", str(error)) from error
-    request_token_batches(params)
     return params
 
 

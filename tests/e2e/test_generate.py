@@ -222,9 +222,10 @@ def test_a_seeded_prompt_longer_than_one_engine_step(client: InferenceClient) ->
     assert split.token_ids == unsplit.token_ids and len(split.token_ids) == 8
 
 
-def test_token_batches_equal_vllms_own_outputs(server) -> None:
-    """Streams without text take the lean token-batch path; vLLM's own path (final-only) must give
-    the same tokens and logprobs, with different top-k sizes sharing a batch."""
+def test_token_streams_equal_vllms_own_outputs(server) -> None:
+    """Streams without text take the token-stream path (logprobs packed by the engine core); vLLM's
+    own path (final-only) must give the same tokens and logprobs, with different top-k sizes sharing
+    a batch."""
     cases = ((1, 2), (2, 5), (3, 0))
 
     async def run(final_only: bool) -> list[Generation]:

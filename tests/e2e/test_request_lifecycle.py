@@ -25,12 +25,17 @@ def wait_for_idle_engine(client: InferenceClient, timeout: float = 10.0):
         time.sleep(0.1)
 
 
-def test_cancelled_streams_free_their_engine_requests(server, client: InferenceClient) -> None:
+# Text-free streams take the token-stream path, streams with text vLLM's own generate(): both must clean up.
+BOTH_PATHS = pytest.mark.parametrize("include_text", [False, True], ids=["token-stream", "vllm-generate"])
+
+
+@BOTH_PATHS
+def test_cancelled_streams_free_their_engine_requests(server, client: InferenceClient, include_text: bool) -> None:
     async def cancel_many() -> int:
         async with AsyncInferenceClient(server.target) as aio:
             async def read_two_then_leave(index: int) -> int:
                 received = 0
-                async for _ in aio.stream(**LONG, request_id=f"cancel-{index}"):
+                async for _ in aio.stream(**LONG, request_id=f"cancel-{index}", include_text=include_text):
                     received += 1
                     if received == 2:
                         break  # leaving the loop cancels the call
@@ -52,11 +57,12 @@ def test_a_passed_deadline_frees_the_engine_request(client: InferenceClient) -> 
     assert (status.running_requests, status.waiting_requests, status.active_streams) == (0, 0, 0)
 
 
-def test_abort_ends_the_stream_with_finish_reason_abort(server, client: InferenceClient) -> None:
+@BOTH_PATHS
+def test_abort_ends_the_stream_with_finish_reason_abort(server, client: InferenceClient, include_text: bool) -> None:
     async def scenario():
         async with AsyncInferenceClient(server.target) as aio:
             received = []
-            async for response in aio.stream(**LONG, request_id="to-abort"):
+            async for response in aio.stream(**LONG, request_id="to-abort", include_text=include_text):
                 received.append(response)
                 if len(received) == 3:
                     await aio.abort("to-abort")

@@ -19,10 +19,10 @@ from tests.support.server_process import REPO_ROOT
 
 SERVICE = "gonka.mlnode.v1.InferenceService"
 ENGINE_SEAMS_ON_CPU = {
-    "token_batch_outputs",
     "cpu_grammar_bitmask_without_pinned_memory",
     "cpu_seeded_rows_in_mixed_batches",
     "cpu_seeded_chunked_prefill",
+    "packed_logprobs",
 }
 
 

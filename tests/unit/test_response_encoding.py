@@ -1,13 +1,17 @@
-"""RequestOutput deltas -> GenerateResponse messages."""
+"""Engine deltas (vLLM RequestOutputs and token-stream TokenDeltas) -> GenerateResponse messages."""
 
 from __future__ import annotations
 
 import grpc
+import numpy as np
 import pytest
 from vllm import SamplingParams
 from vllm.logprobs import FlatLogprobs
 from vllm.outputs import CompletionOutput, RequestOutput
+from vllm.v1.outputs import LogprobsLists
 
+from engine_ext.packed_logprobs import pack
+from engine_ext.token_streams import TokenDelta
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.errors import ServiceError
 from server.response_encoding import ResponseEncoder
@@ -93,3 +97,19 @@ def test_an_engine_error_finish_becomes_an_internal_error() -> None:
     with pytest.raises(ServiceError) as caught:
         ResponseEncoder("r", plan()).encode(delta([1], finish_reason="error"))
     assert caught.value.code == grpc.StatusCode.INTERNAL and caught.value.reason_name == "INTERNAL_ERROR"
+
+
+def test_token_stream_deltas_become_the_same_columns_with_minus_inf_reported() -> None:
+    rows = LogprobsLists(
+        np.array([[7, 3, 7, 9], [4, 4, 1, 2]], dtype=np.int32),
+        np.array([[-0.5, -0.25, -0.5, -1.0], [-0.125, -0.125, -2.0, -np.inf]], dtype=np.float32),
+        np.array([2, 1]),
+    )
+    token_delta = TokenDelta([7, 4], [(2, pack(rows))], "length", None, num_cached_tokens=1, prompt_length=3)
+    messages = ResponseEncoder("r", plan(top_logprobs=3, chunk=1)).encode(token_delta)
+    assert [list(m.tokens.ids) for m in messages] == [[7], [4]]
+    assert list(messages[0].tokens.top_ids) == [3, 7, 9] and list(messages[0].tokens.ranks) == [2]
+    assert list(messages[1].tokens.top_logprobs) == [-0.125, -2.0, -9999.0] and list(messages[1].tokens.logprobs) == [-0.125]
+    finish = messages[1].finish
+    assert finish.reason == pb.FINISH_REASON_LENGTH and not messages[0].HasField("finish")
+    assert (finish.usage.prompt_tokens, finish.usage.completion_tokens, finish.usage.cached_tokens) == (3, 2, 1)

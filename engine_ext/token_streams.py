@@ -1,0 +1,246 @@
+"""Token streams: a lean frontend path for requests that want token ids and logprobs only.
+
+vLLM's frontend hands every engine step of every request through its OutputProcessor (request
+state, detokenizer, a RequestOutput with a CompletionOutput and per-position logprob objects), an
+output collector woken through an asyncio.Event, and the generate() async generator. A request
+that wants no text, one output and no prompt logprobs (the network's validation traffic, and most
+inference) needs none of that. Token streams take such requests from the engine core's outputs
+straight to the consuming task: the tokens and the engine's own logprob arrays are appended to the
+request's stream and the task is woken through one future.
+
+What stays vLLM's: input processing and validation (InputProcessor), scheduling, the engine core,
+the output handler task, and the token counts behind vLLM's periodic throughput log line. Not
+recorded for token streams: vLLM's per-token and per-request latency histograms, which only its
+Prometheus logger reads, and this server exports no Prometheus metrics (a metrics endpoint would
+have to add them back, at about 2 µs per token). The hook is one wrapper on the AsyncLLM's own
+OutputProcessor instance (`install`), which routes a stream's outputs away before vLLM's
+processing sees them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from vllm.inputs import PromptType
+from vllm.sampling_params import RequestOutputKind, SamplingParams
+from vllm.v1.engine import EngineCoreOutput, FinishReason
+from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.engine.exceptions import EngineDeadError
+from vllm.v1.metrics.stats import IterationStats
+
+from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, request_packed_logprobs, unpack
+
+
+def token_stream_possible(params: SamplingParams) -> bool:
+    """Requests this path serves exactly: streamed, one output, no text, no prompt logprobs."""
+    return (
+        params.output_kind == RequestOutputKind.DELTA
+        and params.n == 1
+        and not params.detokenize
+        and not params.stop
+        and params.prompt_logprobs is None
+    )
+
+
+class TokenDelta:
+    """The tokens one request produced since the consumer last took (several steps when it fell
+    behind); the last delta of a stream carries the finish."""
+
+    __slots__ = ("token_ids", "packed_logprobs", "finish_reason", "stop_reason", "num_cached_tokens", "prompt_length")
+
+    def __init__(
+        self,
+        token_ids: list[int],
+        packed_logprobs: list[tuple[int, bytes]],
+        finish_reason: str | None,
+        stop_reason: int | str | None,
+        num_cached_tokens: int,
+        prompt_length: int,
+    ) -> None:
+        self.token_ids = token_ids
+        self.packed_logprobs = packed_logprobs
+        self.finish_reason = finish_reason
+        self.stop_reason = stop_reason
+        self.num_cached_tokens = num_cached_tokens
+        self.prompt_length = prompt_length
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    def logprob_columns(self, k: int) -> tuple[list[float], list[int], list[int], list[float]]:
+        """Chosen logprobs, chosen ranks, top-k ids and top-k logprobs (flattened), all positions."""
+        return unpack(self.packed_logprobs, k)
+
+
+class TokenStream:
+    """One request's undelivered output: the output handler appends, the request's task takes."""
+
+    def __init__(self, engine_request_id: str, external_request_id: str, prompt_length: int) -> None:
+        self.engine_request_id = engine_request_id
+        self.external_request_id = external_request_id
+        self.prompt_length = prompt_length
+        self.prefilling = True
+        self.done = False  # the final output (finish or error) has been appended
+        self._token_ids: list[int] = []
+        self._packed_logprobs: list[tuple[int, bytes]] = []
+        self._finish_reason: str | None = None
+        self._stop_reason: int | str | None = None
+        self._num_cached_tokens = 0
+        self._error: BaseException | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    def append(self, output: EngineCoreOutput) -> None:
+        positions = output.new_token_ids
+        self._token_ids.extend(positions)
+        transferred = output.kv_transfer_params
+        if transferred is not None and PACKED_LOGPROBS_KEY in transferred:
+            self._packed_logprobs.append((len(positions), transferred[PACKED_LOGPROBS_KEY]))
+        elif output.new_logprobs is not None:  # an engine core without the packing seam
+            self._packed_logprobs.append((len(positions), pack(output.new_logprobs)))
+        self._num_cached_tokens = output.num_cached_tokens
+        if output.finish_reason is not None:
+            self._finish(str(output.finish_reason), output.stop_reason)
+        else:
+            self._wake()
+
+    def abort(self) -> None:
+        if not self.done:
+            self._finish(str(FinishReason.ABORT), None)
+
+    def fail(self, error: BaseException) -> None:
+        if not self.done:
+            self.done = True
+            self._error = error
+            self._wake()
+
+    def _finish(self, reason: str, stop_reason: int | str | None) -> None:
+        self.done = True
+        self._finish_reason = reason
+        self._stop_reason = stop_reason
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def next_delta(self, loop: asyncio.AbstractEventLoop) -> TokenDelta:
+        """Waits for output, then takes all of it (merged, when several steps arrived meanwhile)."""
+        while not self._token_ids and not self.done:
+            self._waiter = loop.create_future()
+            await self._waiter
+        if self._error is not None:
+            raise self._error
+        delta = TokenDelta(
+            self._token_ids, self._packed_logprobs, self._finish_reason, self._stop_reason, self._num_cached_tokens, self.prompt_length
+        )
+        self._token_ids, self._packed_logprobs = [], []
+        return delta
+
+
+class TokenStreams:
+    """The AsyncLLM's token streams, by engine request id."""
+
+    def __init__(self, llm: AsyncLLM) -> None:
+        self._llm = llm
+        self._streams: dict[str, TokenStream] = {}
+
+    @property
+    def enabled(self) -> bool:
+        # vLLM's --stream-interval batches a stream's outputs; the lean path does not, so it stands aside.
+        return self._llm.output_processor.stream_interval <= 1
+
+    def install(self) -> None:
+        """Routes the streams' outputs, and the output handler's failure, through this object."""
+        processor = self._llm.output_processor
+        processor.process_outputs = self._routing(processor.process_outputs)
+        processor.propagate_error = self._failing_too(processor.propagate_error)
+
+    async def open(self, request_id: str, prompt: PromptType, params: SamplingParams) -> TokenStream:
+        """Validates and submits the request (as AsyncLLM.add_request does); ValueError on bad input."""
+        llm = self._llm
+        if llm.errored:
+            raise EngineDeadError()
+        request_packed_logprobs(params)
+        request = llm.input_processor.process_inputs(request_id, prompt, params)
+        llm.input_processor.assign_request_id(request)
+        llm._run_output_handler()  # started lazily by vLLM on its first request
+        stream = TokenStream(request.request_id, request_id, len(request.prompt_token_ids or ()))
+        self._streams[stream.engine_request_id] = stream
+        try:
+            await llm.engine_core.add_request_async(request)
+        except BaseException:
+            del self._streams[stream.engine_request_id]
+            raise
+        return stream
+
+    async def outputs(self, request_id: str, prompt: PromptType, params: SamplingParams) -> AsyncIterator[TokenDelta]:
+        """The request's deltas until its finish; leaving early (cancellation) aborts it in the engine."""
+        stream = await self.open(request_id, prompt, params)
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                delta = await stream.next_delta(loop)
+                yield delta
+                if delta.finished:
+                    return
+        finally:
+            if not stream.done:
+                await self.abort([stream])
+
+    def streams_of(self, external_request_ids: Iterable[str]) -> list[TokenStream]:
+        wanted = set(external_request_ids)
+        return [stream for stream in self._streams.values() if stream.external_request_id in wanted]
+
+    async def abort(self, streams: list[TokenStream]) -> None:
+        """Ends the streams with finish reason abort and frees their engine requests."""
+        for stream in streams:
+            stream.abort()
+            self._streams.pop(stream.engine_request_id, None)
+        if streams and not self._llm.errored:
+            await self._llm.engine_core.abort_requests_async([stream.engine_request_id for stream in streams])
+
+    def _routing(self, process_outputs: Callable[..., Any]) -> Callable[..., Any]:
+        def process_outputs_and_streams(
+            engine_core_outputs: list[EngineCoreOutput],
+            engine_core_timestamp: float | None = None,
+            iteration_stats: IterationStats | None = None,
+        ) -> Any:
+            if self._streams:
+                engine_core_outputs = self._deliver(engine_core_outputs, iteration_stats)
+            return process_outputs(engine_core_outputs, engine_core_timestamp, iteration_stats)
+
+        return process_outputs_and_streams
+
+    def _deliver(self, outputs: list[EngineCoreOutput], iteration_stats: IterationStats | None) -> list[EngineCoreOutput]:
+        """Appends the streams' outputs to them; returns the others, for vLLM's own processing."""
+        streams = self._streams
+        others: list[EngineCoreOutput] = []
+        for output in outputs:
+            stream = streams.get(output.request_id)
+            if stream is None:
+                others.append(output)
+                continue
+            if iteration_stats is not None:
+                iteration_stats.num_generation_tokens += len(output.new_token_ids)
+                if stream.prefilling:
+                    iteration_stats.num_prompt_tokens += stream.prompt_length
+            stream.prefilling = False
+            stream.append(output)
+            if stream.done:
+                del streams[output.request_id]
+        return others
+
+    def _failing_too(self, propagate_error: Callable[[Exception], None]) -> Callable[[Exception], None]:
+        def propagate_error_to_streams(error: Exception) -> None:
+            streams, self._streams = list(self._streams.values()), {}
+            for stream in streams:
+                stream.fail(error)
+            propagate_error(error)
+
+        return propagate_error_to_streams
