@@ -66,7 +66,7 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
                     if entry.abort_requested:
                         await self._engine.abort([request_id])
                     elif plan.coalesce_seconds:
-                        # vLLM merges the outputs that arrive meanwhile into the next one.
+                        # Outputs arriving meanwhile are merged into the next one, on both paths.
                         await asyncio.sleep(plan.coalesce_seconds)
         except ServiceError as error:
             failure = error

@@ -92,4 +92,3 @@ def _report_neg_inf(values: list[float]) -> list[float]:
     if NEG_INF not in values:
         return values
     return [REPORTED_NEG_INF if value == NEG_INF else value for value in values]
-

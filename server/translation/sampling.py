@@ -85,7 +85,7 @@ def sampling_params(
 
     include_text = request.stream.include_text
     try:
-        params = SamplingParams(
+        return SamplingParams(
             **kwargs,
             stop=stop or None,
             stop_token_ids=stop_token_ids or None,
@@ -99,7 +99,6 @@ def sampling_params(
         )
     except ValueError as error:
         raise invalid_field("sampling", str(error)) from error
-    return params
 
 
 def _require(condition: bool, field: str, expectation: str) -> None:
