@@ -1,14 +1,20 @@
 """Serving benchmark: this server against vLLM 0.15.1's OpenAI-compatible and gRPC servers.
 
-For each concurrency (default 1, 16, 64) every server configuration gets an untimed warm-up round,
-then a measured round in which all streams start together, each generating exactly --tokens tokens
-(temperature 1.0, a distinct seed per stream, ignore_eos) from the same chat prompt. Printed per
-round: delivered tokens/s, time to first token (p50, p99) and the CPU seconds (utime + stime, from
-/proc/<pid>/stat) that the server's API process itself spent per delivered token. The engine core is
-a child process of each server and is not counted; the load generator is this process.
+The servers are started one after the other and then run side by side; only one is ever loaded.
+For each concurrency (default 1, 16, 64) every configuration gets a short untimed warm-up round, then
+--repeats cycles of measured rounds: in each cycle every configuration runs one round, in an order
+rotated from cycle to cycle. In a round all streams start together, each generating exactly --tokens
+tokens (temperature 1.0, a distinct seed per stream, ignore_eos) from the same chat prompt. Measured
+per round: delivered tokens/s, time to first token (p50, p99) and the CPU seconds (utime + stime,
+from /proc/<pid>/stat) that the server's API process itself spent per delivered token. The engine
+core is a child process of each server and is not counted; the load generator is this process.
 
-Configurations, each server started on its own (never two engines at once), all with the same model,
-engine flags and environment (the project's vLLM plugin is kept out of the two stock vLLM servers):
+Printed: each figure's median over the cycles, and for each goal the ratio of the two servers within
+each cycle (measured minutes apart) with its median: this machine's speed drifts by 10-15% over
+minutes, which would land straight in ratios taken between rounds far apart.
+
+Configurations, all with the same model, engine flags and environment (the project's vLLM plugin is
+kept out of the two stock vLLM servers):
   ours       `python -m server`: chat input with top-5 logprobs, and token-id input without logprobs
   openai     `vllm.entrypoints.openai.api_server`: streamed chat completions, top-5 logprobs
   vllm-grpc  `vllm.entrypoints.grpc_server`: token-id input (it has no logprobs)
@@ -17,7 +23,7 @@ It prints figures and asserts nothing about speed; it fails only when a server m
 short of tokens, a wrong prompt length, an RPC error). Usage, from the repository root:
 
     .venv/bin/python benchmarks/serving_bench.py                     # or: make bench
-    .venv/bin/python benchmarks/serving_bench.py --only ours --concurrency 1,16 --json out.json
+    .venv/bin/python benchmarks/serving_bench.py --only ours --concurrency 1,16 --repeats 1 --json out.json
 """
 
 from __future__ import annotations
@@ -36,8 +42,9 @@ import urllib.error
 import urllib.request
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
-from contextlib import AsyncExitStack, contextmanager
+from contextlib import AsyncExitStack, ExitStack, contextmanager
 from dataclasses import asdict, dataclass
+from statistics import median
 from importlib.metadata import entry_points, version
 from pathlib import Path
 from types import MappingProxyType
@@ -75,6 +82,8 @@ TOP_LOGPROBS = 5
 TEMPERATURE = 1.0
 MEASURED_SEED_BASE = 1  # measured round i-th stream: seed 1 + i, the same on every server
 WARMUP_SEED_BASE = 100_000
+# Enough for first-use code paths, the batch shapes and gRPC's flow-control windows.
+WARMUP_TOKENS = 16
 STARTUP_TIMEOUT_SECONDS = 600.0
 STOP_TIMEOUT_SECONDS = 30.0
 STREAM_TIMEOUT_SECONDS = 900.0
@@ -105,6 +114,7 @@ class Settings:
     concurrencies: tuple[int, ...]
     kinds: tuple[str, ...]
     log_dir: Path
+    repeats: int
 
     def engine_arguments(self) -> list[str]:
         return ["--model", str(self.model), *ENGINE_FLAGS]
@@ -206,6 +216,18 @@ class LiveServer:
     @property
     def target(self) -> str:
         return self.process.target
+
+    @property
+    def pids(self) -> list[int]:
+        return [self.api_pid, *(info.pid for info in self.engine_processes)]
+
+    def info(self) -> dict[str, Any]:
+        return {
+            "command": shlex.join(self.command),
+            "api_pid": self.api_pid,
+            "engine_processes": [asdict(info) for info in self.engine_processes],
+            "engine_config": self.engine_config,
+        }
 
 
 def server_environment(stock_vllm: bool) -> dict[str, str]:
@@ -341,10 +363,7 @@ def running_server(kind: str, settings: Settings) -> Iterator[LiveServer]:
         progress(f"{kind} ready in {time.monotonic() - started:.0f}s; API process {server.pid}; children: {children}")
         if not engine:
             progress(f"WARNING: {kind} has no child process: the engine runs inside the API process")
-        try:
-            yield LiveServer(kind, server, command, engine, logged_engine_config(log_path))
-        except BenchmarkError as error:
-            raise BenchmarkError(f"{error}\n--- last lines of {log_path} ---\n{short_tail(server)}") from None
+        yield LiveServer(kind, server, command, engine, logged_engine_config(log_path))
     finally:
         stop(server)
 
@@ -362,14 +381,15 @@ class StreamResult:
     prompt_tokens: int | None  # as the server reported it
 
 
-StreamFn = Callable[[int], Awaitable[StreamResult]]
+StreamFn = Callable[[int, int], Awaitable[StreamResult]]
 
 
 @dataclass(frozen=True)
 class Scenario:
-    server: str
+    server: str  # the configuration's label: a server kind, or ours with an option
     logprobs: bool
-    stream: StreamFn  # seed -> the finished stream
+    stream: StreamFn  # (seed, tokens) -> the finished stream
+    live: LiveServer
 
 
 class TokenClock:
@@ -396,26 +416,31 @@ class TokenClock:
 
 async def ours_scenarios(stack: AsyncExitStack, live: LiveServer, workload: Workload) -> list[Scenario]:
     client = await stack.enter_async_context(AsyncInferenceClient(live.target))
-    sampling = {"temperature": TEMPERATURE, "max_tokens": workload.tokens, "ignore_eos": True}
+    sampling = {"temperature": TEMPERATURE, "ignore_eos": True}
 
-    async def with_logprobs(seed: int) -> StreamResult:
-        request = build_request(messages=workload.messages, top_logprobs=TOP_LOGPROBS, seed=seed, **sampling)
+    async def with_logprobs(seed: int, tokens: int) -> StreamResult:
+        request = build_request(messages=workload.messages, top_logprobs=TOP_LOGPROBS, seed=seed, max_tokens=tokens, **sampling)
         return await ours_stream(client, request, TOP_LOGPROBS)
 
-    async def without_logprobs(seed: int) -> StreamResult:
-        request = build_request(token_ids=workload.prompt_ids, seed=seed, **sampling)
+    async def without_logprobs(seed: int, tokens: int) -> StreamResult:
+        request = build_request(token_ids=workload.prompt_ids, seed=seed, max_tokens=tokens, **sampling)
         return await ours_stream(client, request, None)
 
-    async def coalesced_with_logprobs(seed: int) -> StreamResult:
+    async def coalesced_with_logprobs(seed: int, tokens: int) -> StreamResult:
         request = build_request(
-            messages=workload.messages, top_logprobs=TOP_LOGPROBS, seed=seed, coalesce_ms=workload.coalesce_ms, **sampling
+            messages=workload.messages,
+            top_logprobs=TOP_LOGPROBS,
+            seed=seed,
+            max_tokens=tokens,
+            coalesce_ms=workload.coalesce_ms,
+            **sampling,
         )
         return await ours_stream(client, request, TOP_LOGPROBS)
 
-    scenarios = [Scenario("ours", True, with_logprobs), Scenario("ours", False, without_logprobs)]
+    scenarios = [Scenario("ours", True, with_logprobs, live), Scenario("ours", False, without_logprobs, live)]
     if workload.coalesce_ms:
         # A separate label: the goal checks compare the default per-step streaming only.
-        scenarios.append(Scenario(f"ours, coalesce {workload.coalesce_ms} ms", True, coalesced_with_logprobs))
+        scenarios.append(Scenario(f"ours, coalesce {workload.coalesce_ms} ms", True, coalesced_with_logprobs, live))
     return scenarios
 
 
@@ -444,7 +469,7 @@ async def openai_scenarios(stack: AsyncExitStack, live: LiveServer, workload: Wo
     url = f"http://{live.target}/v1/chat/completions"
     messages = [{"role": role, "content": content} for role, content in workload.messages]
 
-    async def with_logprobs(seed: int) -> StreamResult:
+    async def with_logprobs(seed: int, tokens: int) -> StreamResult:
         body = {
             "model": SERVED_MODEL_NAME,
             "messages": messages,
@@ -452,14 +477,14 @@ async def openai_scenarios(stack: AsyncExitStack, live: LiveServer, workload: Wo
             "stream_options": {"include_usage": True},  # a final usage chunk, to cross-check counts
             "logprobs": True,
             "top_logprobs": TOP_LOGPROBS,
-            "max_tokens": workload.tokens,
+            "max_tokens": tokens,
             "ignore_eos": True,
             "seed": seed,
             "temperature": TEMPERATURE,
         }
         return await openai_stream(session, url, body)
 
-    return [Scenario("openai", True, with_logprobs)]
+    return [Scenario("openai", True, with_logprobs, live)]
 
 
 async def sse_events(response: aiohttp.ClientResponse) -> AsyncIterator[Any]:
@@ -506,18 +531,18 @@ async def vllm_grpc_scenarios(stack: AsyncExitStack, live: LiveServer, workload:
     stub = vllm_engine_pb2_grpc.VllmEngineStub(channel)
     tokenized = vllm_engine_pb2.TokenizedInput(input_ids=workload.prompt_ids)
 
-    async def without_logprobs(seed: int) -> StreamResult:
+    async def without_logprobs(seed: int, tokens: int) -> StreamResult:
         request = vllm_engine_pb2.GenerateRequest(
             request_id=f"bench-{uuid.uuid4().hex}",  # this server assigns none
             tokenized=tokenized,
             sampling_params=vllm_engine_pb2.SamplingParams(
-                temperature=TEMPERATURE, max_tokens=workload.tokens, ignore_eos=True, seed=seed
+                temperature=TEMPERATURE, max_tokens=tokens, ignore_eos=True, seed=seed
             ),
             stream=True,
         )
         return await vllm_grpc_stream(stub, request)
 
-    return [Scenario("vllm-grpc", False, without_logprobs)]
+    return [Scenario("vllm-grpc", False, without_logprobs, live)]
 
 
 async def vllm_grpc_stream(stub: Any, request: Any) -> StreamResult:
@@ -554,6 +579,7 @@ class RoundResult:
     server: str
     logprobs: bool
     streams: int
+    cycle: int  # which measuring cycle, from 0
     tokens: int
     wall_seconds: float
     tokens_per_second: float
@@ -566,6 +592,8 @@ class RoundResult:
     # /proc CPU times come in clock ticks: the per-token figure is only this exact.
     api_cpu_resolution_us_per_token: float
     engine_cpu_us_per_token: float
+    # Every process of the servers standing by meanwhile: shows that they do not compete.
+    bystanders_cpu_us_per_token: float
     load_generator_cpu_us_per_token: float
     prompt_tokens: int
 
@@ -579,14 +607,14 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-async def run_streams(scenario: Scenario, streams: int, seed_base: int) -> list[StreamResult]:
-    return list(await asyncio.gather(*(scenario.stream(seed_base + i) for i in range(streams))))
+async def run_streams(scenario: Scenario, streams: int, seed_base: int, tokens: int) -> list[StreamResult]:
+    return list(await asyncio.gather(*(scenario.stream(seed_base + i, tokens) for i in range(streams))))
 
 
-def check_streams(scenario: Scenario, results: Sequence[StreamResult], workload: Workload) -> None:
+def check_streams(scenario: Scenario, results: Sequence[StreamResult], workload: Workload, tokens: int) -> None:
     for index, result in enumerate(results):
-        if result.tokens != workload.tokens:
-            raise BenchmarkError(f"{scenario.server}: stream {index} delivered {result.tokens} tokens, not {workload.tokens}")
+        if result.tokens != tokens:
+            raise BenchmarkError(f"{scenario.server}: stream {index} delivered {result.tokens} tokens, not {tokens}")
         if result.prompt_tokens != len(workload.prompt_ids):
             raise BenchmarkError(
                 f"{scenario.server}: stream {index} had a {result.prompt_tokens}-token prompt, "
@@ -594,18 +622,27 @@ def check_streams(scenario: Scenario, results: Sequence[StreamResult], workload:
             )
 
 
-async def measure(scenario: Scenario, streams: int, live: LiveServer, workload: Workload) -> RoundResult:
-    await run_streams(scenario, streams, WARMUP_SEED_BASE)  # untimed: first-use code paths, compiled shapes, allocators
+async def warm_up(scenario: Scenario, streams: int, workload: Workload) -> None:
+    """Untimed: first-use code paths, compiled shapes, allocators, gRPC's flow-control windows."""
+    tokens = min(WARMUP_TOKENS, workload.tokens)
+    check_streams(scenario, await run_streams(scenario, streams, WARMUP_SEED_BASE, tokens), workload, tokens)
+
+
+async def measure(scenario: Scenario, streams: int, cycle: int, bystanders: Sequence[LiveServer], workload: Workload) -> RoundResult:
+    live = scenario.live
     engine_pids = [info.pid for info in live.engine_processes]
+    bystander_pids = [pid for server in bystanders for pid in server.pids]
     api_before, engine_before = process_cpu_times(live.api_pid), processes_cpu_seconds(engine_pids)
+    bystanders_before = processes_cpu_seconds(bystander_pids)
     client_before = time.process_time()
-    results = await run_streams(scenario, streams, MEASURED_SEED_BASE)
+    results = await run_streams(scenario, streams, MEASURED_SEED_BASE, workload.tokens)
     api_after = process_cpu_times(live.api_pid)
     api_user, api_system = api_after[0] - api_before[0], api_after[1] - api_before[1]
     api_cpu = api_user + api_system
     engine_cpu = processes_cpu_seconds(engine_pids) - engine_before
+    bystanders_cpu = processes_cpu_seconds(bystander_pids) - bystanders_before
     client_cpu = time.process_time() - client_before
-    check_streams(scenario, results, workload)
+    check_streams(scenario, results, workload, workload.tokens)
 
     tokens = sum(result.tokens for result in results)
     wall = max(result.last_token_at for result in results) - min(result.sent_at for result in results)
@@ -615,6 +652,7 @@ async def measure(scenario: Scenario, streams: int, live: LiveServer, workload: 
         server=scenario.server,
         logprobs=scenario.logprobs,
         streams=streams,
+        cycle=cycle,
         tokens=tokens,
         wall_seconds=wall,
         tokens_per_second=tokens / wall,
@@ -626,29 +664,47 @@ async def measure(scenario: Scenario, streams: int, live: LiveServer, workload: 
         api_cpu_us_per_token=api_cpu * per_token_us,
         api_cpu_resolution_us_per_token=per_token_us / CLOCK_TICKS_PER_SECOND,
         engine_cpu_us_per_token=engine_cpu * per_token_us,
+        bystanders_cpu_us_per_token=bystanders_cpu * per_token_us,
         load_generator_cpu_us_per_token=client_cpu * per_token_us,
         prompt_tokens=len(workload.prompt_ids),
     )
 
 
-async def bench_server(kind: str, settings: Settings, workload: Workload) -> tuple[list[RoundResult], dict[str, Any]]:
-    # Startup blocks the event loop on purpose: nothing else runs while a server starts.
-    with running_server(kind, settings) as live:
-        async with AsyncExitStack() as stack:
-            scenarios = await SCENARIO_BUILDERS[kind](stack, live, workload)
+def rotated(items: Sequence[Scenario], shift: int) -> list[Scenario]:
+    """Each cycle starts one configuration later, so that none always runs first or last."""
+    shift %= len(items)
+    return [*items[shift:], *items[:shift]]
+
+
+@contextmanager
+def blamed_on(live: LiveServer) -> Iterator[None]:
+    """A misbehaving server's error carries the end of its log."""
+    try:
+        yield
+    except BenchmarkError as error:
+        log = live.process.log_path
+        raise BenchmarkError(f"{error}\n--- last lines of {log} ---\n{short_tail(live.process)}") from None
+
+
+async def run(settings: Settings, workload: Workload) -> tuple[list[RoundResult], dict[str, Any]]:
+    with ExitStack() as servers:
+        # Startup blocks the event loop on purpose: the servers load one at a time, with nothing else running.
+        lives = [servers.enter_context(running_server(kind, settings)) for kind in settings.kinds]
+        async with AsyncExitStack() as clients:
+            scenarios = [scenario for live in lives for scenario in await SCENARIO_BUILDERS[live.kind](clients, live, workload)]
             results = []
             for streams in settings.concurrencies:
                 for scenario in scenarios:
-                    result = await measure(scenario, streams, live, workload)
-                    progress(format_progress(result))
-                    results.append(result)
-        server_info = {
-            "command": shlex.join(live.command),
-            "api_pid": live.api_pid,
-            "engine_processes": [asdict(info) for info in live.engine_processes],
-            "engine_config": live.engine_config,
-        }
-    return results, server_info
+                    with blamed_on(scenario.live):
+                        await warm_up(scenario, streams, workload)
+                for cycle in range(settings.repeats):
+                    for scenario in rotated(scenarios, cycle):
+                        bystanders = [live for live in lives if live is not scenario.live]
+                        with blamed_on(scenario.live):
+                            result = await measure(scenario, streams, cycle, bystanders, workload)
+                        progress(format_progress(result))
+                        results.append(result)
+        return results, {live.kind: live.info() for live in lives}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -659,13 +715,13 @@ def progress(message: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def logprobs_label(result: RoundResult) -> str:
-    return f"top-{TOP_LOGPROBS}" if result.logprobs else "none"
+def logprobs_label(logprobs: bool) -> str:
+    return f"top-{TOP_LOGPROBS}" if logprobs else "none"
 
 
 def format_progress(result: RoundResult) -> str:
     return (
-        f"{result.server} ({logprobs_label(result)}) x{result.streams}: {result.tokens_per_second:.0f} tok/s, "
+        f"{result.server} ({logprobs_label(result.logprobs)}) x{result.streams}, cycle {result.cycle + 1}: {result.tokens_per_second:.0f} tok/s, "
         f"TTFT p50 {result.ttft_p50_ms:.0f} ms, API CPU {result.api_cpu_us_per_token:.1f} us/token, "
         f"wall {result.wall_seconds:.1f}s"
     )
@@ -698,36 +754,95 @@ def vllm_version() -> str:
     return "unknown"
 
 
-def results_table(results: Sequence[RoundResult]) -> str:
+@dataclass(frozen=True)
+class Summary:
+    """One configuration's figures: medians over its measured cycles."""
+
+    server: str
+    logprobs: bool
+    streams: int
+    cycles: int
+    tokens_per_second: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    api_cpu_us_per_token: float
+    api_cpu_min_us_per_token: float
+    api_cpu_max_us_per_token: float
+    api_cpu_resolution_us_per_token: float
+    api_user_share: float | None  # of the API process's CPU; None when it spent none
+    wall_seconds: float
+    engine_cpu_us_per_token: float
+    bystanders_cpu_us_per_token: float
+    load_generator_cpu_us_per_token: float
+
+
+def summarize(results: Sequence[RoundResult]) -> list[Summary]:
+    """Per configuration, in the order of first appearance."""
+    groups: dict[tuple[str, bool, int], list[RoundResult]] = {}
+    for result in results:
+        groups.setdefault((result.server, result.logprobs, result.streams), []).append(result)
+    summaries = []
+    for (server, logprobs, streams), rounds in groups.items():
+
+        def mid(name: str, rounds: list[RoundResult] = rounds) -> float:
+            return median(getattr(r, name) for r in rounds)
+
+        cpu = [r.api_cpu_us_per_token for r in rounds]
+        api_seconds = sum(r.api_cpu_seconds for r in rounds)
+        summaries.append(
+            Summary(
+                server=server,
+                logprobs=logprobs,
+                streams=streams,
+                cycles=len(rounds),
+                tokens_per_second=mid("tokens_per_second"),
+                ttft_p50_ms=mid("ttft_p50_ms"),
+                ttft_p99_ms=mid("ttft_p99_ms"),
+                api_cpu_us_per_token=median(cpu),
+                api_cpu_min_us_per_token=min(cpu),
+                api_cpu_max_us_per_token=max(cpu),
+                api_cpu_resolution_us_per_token=mid("api_cpu_resolution_us_per_token"),
+                api_user_share=sum(r.api_user_seconds for r in rounds) / api_seconds if api_seconds else None,
+                wall_seconds=mid("wall_seconds"),
+                engine_cpu_us_per_token=mid("engine_cpu_us_per_token"),
+                bystanders_cpu_us_per_token=mid("bystanders_cpu_us_per_token"),
+                load_generator_cpu_us_per_token=mid("load_generator_cpu_us_per_token"),
+            )
+        )
+    return summaries
+
+
+def results_table(summaries: Sequence[Summary]) -> str:
     lines = [
-        "| server | logprobs | streams | tokens/s | TTFT p50 ms | TTFT p99 ms | API CPU µs/token |",
+        "| server | logprobs | streams | tokens/s | TTFT p50 ms | TTFT p99 ms | API CPU µs/token (lowest-highest) |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for r in results:
-        cpu = f"{r.api_cpu_us_per_token:.1f} ±{r.api_cpu_resolution_us_per_token:.1f}"
+    for s in summaries:
+        spread = f" ({s.api_cpu_min_us_per_token:.1f}-{s.api_cpu_max_us_per_token:.1f})" if s.cycles > 1 else ""
         lines.append(
-            f"| {r.server} | {logprobs_label(r)} | {r.streams} | {r.tokens_per_second:.1f} | "
-            f"{r.ttft_p50_ms:.0f} | {r.ttft_p99_ms:.0f} | {cpu} |"
+            f"| {s.server} | {logprobs_label(s.logprobs)} | {s.streams} | {s.tokens_per_second:.1f} | "
+            f"{s.ttft_p50_ms:.0f} | {s.ttft_p99_ms:.0f} | {s.api_cpu_us_per_token:.1f} ±{s.api_cpu_resolution_us_per_token:.1f}{spread} |"
         )
     return "\n".join(lines)
 
 
-def user_system_split(result: RoundResult) -> str:
-    if not result.api_cpu_seconds:
+def user_system_split(summary: Summary) -> str:
+    if summary.api_user_share is None:
         return "-"
-    user = round(100 * result.api_user_seconds / result.api_cpu_seconds)
+    user = round(100 * summary.api_user_share)
     return f"{user}/{100 - user}"
 
 
-def context_table(results: Sequence[RoundResult]) -> str:
+def context_table(summaries: Sequence[Summary]) -> str:
     lines = [
-        "| server | logprobs | streams | wall s | API user/system % | engine processes CPU µs/token | load-generator CPU µs/token |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "| server | logprobs | streams | wall s | API user/system % | engine processes CPU µs/token "
+        "| servers standing by, CPU µs/token | load-generator CPU µs/token |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    for r in results:
+    for s in summaries:
         lines.append(
-            f"| {r.server} | {logprobs_label(r)} | {r.streams} | {r.wall_seconds:.1f} | {user_system_split(r)} | "
-            f"{r.engine_cpu_us_per_token:.0f} | {r.load_generator_cpu_us_per_token:.0f} |"
+            f"| {s.server} | {logprobs_label(s.logprobs)} | {s.streams} | {s.wall_seconds:.1f} | {user_system_split(s)} | "
+            f"{s.engine_cpu_us_per_token:.0f} | {s.bystanders_cpu_us_per_token:.1f} | {s.load_generator_cpu_us_per_token:.0f} |"
         )
     return "\n".join(lines)
 
@@ -735,47 +850,52 @@ def context_table(results: Sequence[RoundResult]) -> str:
 @dataclass(frozen=True)
 class GoalCheck:
     description: str
-    ratio: float | None  # None: the rival's figure was zero (a round too short for one clock tick)
+    ratios: tuple[float, ...]  # one per cycle: ours over theirs, measured in the same cycle
     goal: str
-    met: bool | None
+    met: bool | None  # judged on the median; None without a ratio (a rival figure of zero)
+
+    @property
+    def median(self) -> float | None:
+        return median(self.ratios) if self.ratios else None
 
     def line(self) -> str:
-        if self.ratio is None:
+        if self.median is None:
             return f"- {self.description}: n/a (goal {self.goal})"
-        return f"- {self.description}: {self.ratio:.3f} (goal {self.goal}): {'met' if self.met else 'NOT met'}"
+        each = ", ".join(f"{value:.3f}" for value in self.ratios)
+        verdict = "met" if self.met else "NOT met"
+        return f"- {self.description}: median {self.median:.3f} of {len(self.ratios)} cycles ({each}); goal {self.goal}: {verdict}"
 
 
-def find(results: Sequence[RoundResult], server: str, logprobs: bool, streams: int) -> RoundResult | None:
-    return next((r for r in results if (r.server, r.logprobs, r.streams) == (server, logprobs, streams)), None)
+def paired_ratios(results: Sequence[RoundResult], ours: tuple[str, bool], theirs: tuple[str, bool], streams: int, metric: str) -> tuple[float, ...]:
+    """ours/theirs of `metric` within each cycle that measured both (and gave the rival a non-zero figure)."""
 
+    def per_cycle(server: str, logprobs: bool) -> dict[int, float]:
+        return {r.cycle: getattr(r, metric) for r in results if (r.server, r.logprobs, r.streams) == (server, logprobs, streams)}
 
-def ratio(ours: float, theirs: float) -> float | None:
-    return ours / theirs if theirs else None
-
-
-def check(description: str, value: float | None, goal: str, meets: Callable[[float], bool]) -> GoalCheck:
-    return GoalCheck(description, value, goal, None if value is None else meets(value))
+    mine, rival = per_cycle(*ours), per_cycle(*theirs)
+    return tuple(mine[cycle] / rival[cycle] for cycle in sorted(mine.keys() & rival.keys()) if rival[cycle])
 
 
 def goal_checks(results: Sequence[RoundResult], streams: int) -> list[GoalCheck]:
     """Like for like: ours with logprobs against OpenAI, ours without against vLLM's gRPC server."""
+    higher_is_better = ("≥ 1", lambda value: value >= 1.0)
+    lower_is_better = ("≤ 1", lambda value: value <= 1.0)
+    pairs = (("openai", True, "≤ 1/3", lambda value: value <= 1 / 3), ("vllm-grpc", False, "≤ 1", lambda value: value <= 1.0))
+    measured = {(r.server, r.logprobs, r.streams) for r in results}
     checks = []
-    pairs = (("openai", True, 1 / 3, "≤ 1/3"), ("vllm-grpc", False, 1.0, "≤ 1"))
-    for rival, logprobs, cpu_goal, cpu_goal_text in pairs:
-        ours, theirs = find(results, "ours", logprobs, streams), find(results, rival, logprobs, streams)
-        if ours is None or theirs is None:
+    for rival, logprobs, *cpu_goal in pairs:
+        if {("ours", logprobs, streams), (rival, logprobs, streams)} - measured:
             continue
-        label = f"ours ({logprobs_label(ours)}) / {rival} ({logprobs_label(theirs)})"
-        cpu = ratio(ours.api_cpu_us_per_token, theirs.api_cpu_us_per_token)
-        speed = ratio(ours.tokens_per_second, theirs.tokens_per_second)
-        p50 = ratio(ours.ttft_p50_ms, theirs.ttft_p50_ms)
-        p99 = ratio(ours.ttft_p99_ms, theirs.ttft_p99_ms)
-        checks += [
-            check(f"API CPU per token, {label}", cpu, cpu_goal_text, lambda value: value <= cpu_goal),
-            check(f"tokens/s, {label}", speed, "≥ 1", lambda value: value >= 1.0),
-            check(f"TTFT p50, {label}", p50, "≤ 1", lambda value: value <= 1.0),
-            check(f"TTFT p99, {label}", p99, "≤ 1", lambda value: value <= 1.0),
-        ]
+        label = f"ours ({logprobs_label(logprobs)}) / {rival} ({logprobs_label(logprobs)})"
+        metrics = (
+            ("API CPU per token", "api_cpu_us_per_token", cpu_goal),
+            ("tokens/s", "tokens_per_second", higher_is_better),
+            ("TTFT p50", "ttft_p50_ms", lower_is_better),
+            ("TTFT p99", "ttft_p99_ms", lower_is_better),
+        )
+        for name, metric, (goal, meets) in metrics:
+            ratios = paired_ratios(results, ("ours", logprobs), (rival, logprobs), streams, metric)
+            checks.append(GoalCheck(f"{name}, {label}", ratios, goal, meets(median(ratios)) if ratios else None))
     return checks
 
 
@@ -804,6 +924,7 @@ def report(
 ) -> str:
     checked_at = goal_streams(settings)
     checks = goal_checks(results, checked_at)
+    summaries = summarize(results)
     engine = " ".join(ENGINE_FLAGS) + " " + " ".join(f"{k}={v}" for k, v in ENGINE_ENV.items())
     lines = [
         "## Serving benchmark",
@@ -815,8 +936,10 @@ def report(
         f"- model: {settings.model}; engine flags (every server): {engine}",
         f"- vLLM's logged engine configuration: {engine_config_note(servers)}",
         f"- workload: {workload.tokens} tokens per stream (ignore_eos, temperature {TEMPERATURE}, seed "
-        f"{MEASURED_SEED_BASE}+stream), one {len(workload.prompt_ids)}-token chat prompt; one warm-up round "
-        "before each measured round",
+        f"{MEASURED_SEED_BASE}+stream), one {len(workload.prompt_ids)}-token chat prompt",
+        f"- measuring: the servers run side by side, one loaded at a time; per concurrency a {WARMUP_TOKENS}-token "
+        f"warm-up round each, then {settings.repeats} cycles of one measured round each, the order rotated per cycle; "
+        "figures are medians over the cycles",
         *(
             [
                 f"- `ours, coalesce {workload.coalesce_ms} ms`: ours with top-5 logprobs and the opt-in "
@@ -830,14 +953,15 @@ def report(
         f"± one clock tick (1/{CLOCK_TICKS_PER_SECOND} s) per round",
         f"- whole run: {wall / 60:.1f} min",
         "",
-        results_table(results),
+        results_table(summaries),
         "",
         "Context (not goals): the API process's user/system split, its child processes' CPU (engine core and "
-        "helpers) and this load generator's own CPU, per delivered token.",
+        "helpers), the CPU of every process of the other servers meanwhile, and this load generator's own CPU, "
+        "per delivered token.",
         "",
-        context_table(results),
+        context_table(summaries),
         "",
-        f"### Goal check at {checked_at} streams",
+        f"### Goal check at {checked_at} streams (ratios within each cycle, judged on their median)",
         "",
     ]
     lines += [c.line() for c in checks]
@@ -856,6 +980,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--tokens", type=int, default=128, help="tokens generated per stream (default: %(default)s)")
     parser.add_argument("--only", default=",".join(SERVER_KINDS), help="servers to run, of: %(default)s")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="model directory (default: the embedded model)")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="measured cycles per concurrency; figures are their medians (default: %(default)s)"
+    )
     parser.add_argument("--json", type=Path, help="also write the full results as JSON here")
     parser.add_argument(
         "--coalesce-ms",
@@ -873,27 +1000,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.concurrencies = tuple(int(value) for value in args.concurrency.split(","))
     except ValueError:
         parser.error("--concurrency: comma-separated positive integers, e.g. 1,16,64")
-    if any(value < 1 for value in args.concurrencies) or args.tokens < 1:
-        parser.error("--concurrency and --tokens must be positive")
+    if any(value < 1 for value in args.concurrencies) or args.tokens < 1 or args.repeats < 1:
+        parser.error("--concurrency, --tokens and --repeats must be positive")
     if not (args.model / "config.json").is_file():
         parser.error(f"--model: no model at {args.model} (build the embedded one with `make model`)")
     return args
-
-
-async def run(settings: Settings, workload: Workload) -> tuple[list[RoundResult], dict[str, Any]]:
-    results: list[RoundResult] = []
-    servers: dict[str, Any] = {}
-    for kind in settings.kinds:  # one after the other: never two engines on the machine at once
-        kind_results, servers[kind] = await bench_server(kind, settings, workload)
-        results += kind_results
-    return results, servers
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     log_dir = Path(tempfile.mkdtemp(prefix="serving-bench-"))
-    settings = Settings(args.model.resolve(), args.tokens, args.concurrencies, args.kinds, log_dir)
+    settings = Settings(args.model.resolve(), args.tokens, args.concurrencies, args.kinds, log_dir, args.repeats)
     workload = Workload(CHAT_MESSAGES, tuple(render_prompt(settings.model, CHAT_MESSAGES)), args.tokens, args.coalesce_ms)
     machine = machine_description()
     progress(f"prompt: {len(workload.prompt_ids)} tokens; server logs in {log_dir}")
@@ -915,8 +1033,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "prompt_token_ids": list(workload.prompt_ids),
             "tokens_per_stream": workload.tokens,
             "servers": servers,
+            "repeats": settings.repeats,
             "results": [asdict(result) for result in results],
-            "goal_checks": [asdict(check) for check in goal_checks(results, goal_streams(settings))],
+            "summaries": [asdict(summary) for summary in summarize(results)],
+            "goal_checks": [
+                {**asdict(check), "median": check.median} for check in goal_checks(results, goal_streams(settings))
+            ],
             "wall_seconds": wall,
             "log_dir": str(log_dir),
         }

@@ -1,0 +1,77 @@
+"""The serving benchmark's statistics: medians per configuration, and goal ratios paired within a cycle."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from benchmarks.serving_bench import RoundResult, goal_checks, paired_ratios, rotated, summarize
+
+
+def round_result(server: str, logprobs: bool, cycle: int, cpu: float, tokens_per_second: float = 100.0, streams: int = 64) -> RoundResult:
+    return RoundResult(
+        server=server,
+        logprobs=logprobs,
+        streams=streams,
+        cycle=cycle,
+        tokens=1000,
+        wall_seconds=10.0,
+        tokens_per_second=tokens_per_second,
+        ttft_p50_ms=200.0,
+        ttft_p99_ms=300.0,
+        api_cpu_seconds=cpu * 1e-3,
+        api_user_seconds=cpu * 0.75e-3,
+        api_system_seconds=cpu * 0.25e-3,
+        api_cpu_us_per_token=cpu,
+        api_cpu_resolution_us_per_token=1.0,
+        engine_cpu_us_per_token=5000.0,
+        bystanders_cpu_us_per_token=0.5,
+        load_generator_cpu_us_per_token=40.0,
+        prompt_tokens=70,
+    )
+
+
+def test_the_summary_takes_medians_and_keeps_the_spread() -> None:
+    rounds = [round_result("ours", True, cycle, cpu) for cycle, cpu in enumerate((70.0, 50.0, 60.0))]
+    rounds.append(round_result("openai", True, 0, 180.0))
+    ours, openai = summarize(rounds)
+    assert (ours.server, ours.cycles, openai.cycles) == ("ours", 3, 1)
+    assert (ours.api_cpu_us_per_token, ours.api_cpu_min_us_per_token, ours.api_cpu_max_us_per_token) == (60.0, 50.0, 70.0)
+    assert ours.api_user_share == pytest.approx(0.75)
+
+
+def test_ratios_pair_rounds_of_the_same_cycle_only() -> None:
+    # The machine slowed down in cycle 1: both servers' figures rose together, the ratio did not.
+    rounds = [
+        round_result("ours", True, 0, 60.0),
+        round_result("openai", True, 0, 200.0),
+        round_result("ours", True, 1, 72.0),
+        round_result("openai", True, 1, 240.0),
+        round_result("ours", True, 2, 61.0),  # its rival's round of cycle 2 is missing
+    ]
+    assert paired_ratios(rounds, ("ours", True), ("openai", True), 64, "api_cpu_us_per_token") == pytest.approx((0.3, 0.3))
+
+
+def test_goals_are_judged_on_the_median_of_the_paired_ratios() -> None:
+    rounds = []
+    for cycle, (ours_cpu, openai_cpu) in enumerate(((56.0, 170.0), (64.0, 190.0), (70.0, 200.0))):
+        rounds += [round_result("ours", True, cycle, ours_cpu), round_result("openai", True, cycle, openai_cpu)]
+    checks = {check.description.split(",")[0]: check for check in goal_checks(rounds, 64)}
+    cpu = checks["API CPU per token"]
+    assert cpu.ratios == pytest.approx((56 / 170, 64 / 190, 70 / 200))
+    assert cpu.median == pytest.approx(64 / 190)
+    assert cpu.met is False  # 0.337 > 1/3, although one cycle alone was under it
+    assert checks["tokens/s"].met is True  # equal speeds: a ratio of 1 meets "≥ 1"
+
+
+def test_a_pair_not_measured_at_the_goal_concurrency_gives_no_check() -> None:
+    rounds = [round_result("ours", False, 0, 50.0), round_result("vllm-grpc", False, 0, 55.0, streams=16)]
+    assert goal_checks(rounds, 64) == []
+    rounds.append(replace(rounds[1], streams=64))
+    assert [check.met for check in goal_checks(rounds, 64)] == [True, True, True, True]
+
+
+def test_each_cycle_starts_one_configuration_later() -> None:
+    order = ["a", "b", "c"]
+    assert [rotated(order, cycle) for cycle in range(4)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
