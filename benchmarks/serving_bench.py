@@ -5,8 +5,9 @@ For each concurrency (default 1, 16, 64) every configuration gets a short untime
 --repeats cycles of measured rounds: in each cycle every configuration runs one round, in an order
 rotated from cycle to cycle. In a round all streams start together, each generating exactly --tokens
 tokens (temperature 1.0, a distinct seed per stream, ignore_eos) from the same chat prompt. Measured
-per round: delivered tokens/s, time to first token (p50, p99) and the CPU seconds (utime + stime,
-from /proc/<pid>/stat) that the server's API process itself spent per delivered token. The engine
+per round: delivered tokens/s, time to first token (p50, p99; with --ttft-rounds one-token rounds
+after it for more samples) and the CPU seconds (utime + stime, from /proc/<pid>/stat) that the
+server's API process itself spent per delivered token. The engine
 core is a child process of each server and is not counted; the load generator is this process.
 
 Printed: each figure's median over the cycles, and for each goal the ratio of the two servers within
@@ -84,6 +85,9 @@ MEASURED_SEED_BASE = 1  # measured round i-th stream: seed 1 + i, the same on ev
 WARMUP_SEED_BASE = 100_000
 # Enough for first-use code paths, the batch shapes and gRPC's flow-control windows.
 WARMUP_TOKENS = 16
+# Extra TTFT rounds stop at the first token: it lands exactly as in a full-length round.
+TTFT_ROUND_TOKENS = 1
+TTFT_SEED_BASE = 200_000
 STARTUP_TIMEOUT_SECONDS = 600.0
 STOP_TIMEOUT_SECONDS = 30.0
 STREAM_TIMEOUT_SECONDS = 900.0
@@ -115,6 +119,9 @@ class Settings:
     kinds: tuple[str, ...]
     log_dir: Path
     repeats: int
+    # Extra short rounds per measured round, for TTFT samples: at 64 streams one round's TTFTs
+    # are one draw of the engine's prefill cascade (see measure_ttft).
+    ttft_rounds: int
 
     def engine_arguments(self) -> list[str]:
         return ["--model", str(self.model), *ENGINE_FLAGS]
@@ -153,17 +160,16 @@ def render_prompt(model: Path, messages: Sequence[tuple[str, str]]) -> list[int]
 # Process accounting
 
 
-def process_cpu_times(pid: int) -> tuple[float, float]:
-    """(utime, stime) in seconds of one process (all its threads, not its children), from /proc/<pid>/stat."""
+def process_cpu_ticks(pid: int) -> tuple[int, int]:
+    """(utime, stime) in clock ticks of one process (all its threads, not its children), from /proc/<pid>/stat."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     # The command name (field 2) may contain spaces; fields after its closing parenthesis start at 3.
     fields = stat[stat.rindex(")") + 2 :].split()
-    utime, stime = int(fields[11]), int(fields[12])  # fields 14 and 15
-    return utime / CLOCK_TICKS_PER_SECOND, stime / CLOCK_TICKS_PER_SECOND
+    return int(fields[11]), int(fields[12])  # fields 14 and 15
 
 
 def process_cpu_seconds(pid: int) -> float:
-    return sum(process_cpu_times(pid))
+    return sum(process_cpu_ticks(pid)) / CLOCK_TICKS_PER_SECOND
 
 
 def processes_cpu_seconds(pids: Sequence[int]) -> float:
@@ -583,8 +589,10 @@ class RoundResult:
     tokens: int
     wall_seconds: float
     tokens_per_second: float
+    # Over this round's streams and those of the TTFT rounds after it.
     ttft_p50_ms: float
     ttft_p99_ms: float
+    ttft_samples_ms: tuple[float, ...]
     api_cpu_seconds: float
     api_user_seconds: float
     api_system_seconds: float
@@ -628,16 +636,38 @@ async def warm_up(scenario: Scenario, streams: int, workload: Workload) -> None:
     check_streams(scenario, await run_streams(scenario, streams, WARMUP_SEED_BASE, tokens), workload, tokens)
 
 
-async def measure(scenario: Scenario, streams: int, cycle: int, bystanders: Sequence[LiveServer], workload: Workload) -> RoundResult:
+async def measure_ttft(scenario: Scenario, streams: int, cycle: int, rounds: int, workload: Workload) -> list[float]:
+    """TTFTs (ms) of `rounds` more rounds whose streams stop at their first token.
+
+    With many streams starting together the engine core starts a step with whatever requests have
+    arrived, and the rest wait for it: TTFTs fall in two or three clusters a whole engine step
+    apart (about 40 ms and 410 ms, say, at 64 streams here), and one round's p50 lands in one
+    or the other by the timing of a few requests. More rounds give the percentiles a sample that
+    holds several such draws.
+    """
+    samples: list[float] = []
+    for index in range(rounds):
+        seed_base = TTFT_SEED_BASE + (cycle * rounds + index) * streams
+        results = await run_streams(scenario, streams, seed_base, TTFT_ROUND_TOKENS)
+        check_streams(scenario, results, workload, TTFT_ROUND_TOKENS)
+        samples += [(result.first_token_at - result.sent_at) * 1000 for result in results]
+    return samples
+
+
+async def measure(
+    scenario: Scenario, streams: int, cycle: int, bystanders: Sequence[LiveServer], workload: Workload, ttft_rounds: int
+) -> RoundResult:
     live = scenario.live
     engine_pids = [info.pid for info in live.engine_processes]
     bystander_pids = [pid for server in bystanders for pid in server.pids]
-    api_before, engine_before = process_cpu_times(live.api_pid), processes_cpu_seconds(engine_pids)
+    api_before, engine_before = process_cpu_ticks(live.api_pid), processes_cpu_seconds(engine_pids)
     bystanders_before = processes_cpu_seconds(bystander_pids)
     client_before = time.process_time()
     results = await run_streams(scenario, streams, MEASURED_SEED_BASE, workload.tokens)
-    api_after = process_cpu_times(live.api_pid)
-    api_user, api_system = api_after[0] - api_before[0], api_after[1] - api_before[1]
+    api_after = process_cpu_ticks(live.api_pid)
+    # Differences of whole ticks: equal figures of two servers stay exactly equal.
+    api_user = (api_after[0] - api_before[0]) / CLOCK_TICKS_PER_SECOND
+    api_system = (api_after[1] - api_before[1]) / CLOCK_TICKS_PER_SECOND
     api_cpu = api_user + api_system
     engine_cpu = processes_cpu_seconds(engine_pids) - engine_before
     bystanders_cpu = processes_cpu_seconds(bystander_pids) - bystanders_before
@@ -647,6 +677,7 @@ async def measure(scenario: Scenario, streams: int, cycle: int, bystanders: Sequ
     tokens = sum(result.tokens for result in results)
     wall = max(result.last_token_at for result in results) - min(result.sent_at for result in results)
     ttfts = [(result.first_token_at - result.sent_at) * 1000 for result in results]
+    ttfts += await measure_ttft(scenario, streams, cycle, ttft_rounds, workload)  # after the CPU accounting
     per_token_us = 1e6 / tokens
     return RoundResult(
         server=scenario.server,
@@ -658,6 +689,7 @@ async def measure(scenario: Scenario, streams: int, cycle: int, bystanders: Sequ
         tokens_per_second=tokens / wall,
         ttft_p50_ms=percentile(ttfts, 50),
         ttft_p99_ms=percentile(ttfts, 99),
+        ttft_samples_ms=tuple(ttfts),
         api_cpu_seconds=api_cpu,
         api_user_seconds=api_user,
         api_system_seconds=api_system,
@@ -701,7 +733,7 @@ async def run(settings: Settings, workload: Workload) -> tuple[list[RoundResult]
                     for scenario in rotated(scenarios, cycle):
                         bystanders = [live for live in lives if live is not scenario.live]
                         with blamed_on(scenario.live):
-                            result = await measure(scenario, streams, cycle, bystanders, workload)
+                            result = await measure(scenario, streams, cycle, bystanders, workload, settings.ttft_rounds)
                         progress(format_progress(result))
                         results.append(result)
         return results, {live.kind: live.info() for live in lives}
@@ -763,8 +795,10 @@ class Summary:
     streams: int
     cycles: int
     tokens_per_second: float
+    # Over every stream of every cycle's measured and TTFT rounds together.
     ttft_p50_ms: float
     ttft_p99_ms: float
+    ttft_samples: int
     api_cpu_us_per_token: float
     api_cpu_min_us_per_token: float
     api_cpu_max_us_per_token: float
@@ -788,6 +822,7 @@ def summarize(results: Sequence[RoundResult]) -> list[Summary]:
             return median(getattr(r, name) for r in rounds)
 
         cpu = [r.api_cpu_us_per_token for r in rounds]
+        ttfts = [ttft for r in rounds for ttft in r.ttft_samples_ms]
         api_seconds = sum(r.api_cpu_seconds for r in rounds)
         summaries.append(
             Summary(
@@ -796,8 +831,9 @@ def summarize(results: Sequence[RoundResult]) -> list[Summary]:
                 streams=streams,
                 cycles=len(rounds),
                 tokens_per_second=mid("tokens_per_second"),
-                ttft_p50_ms=mid("ttft_p50_ms"),
-                ttft_p99_ms=mid("ttft_p99_ms"),
+                ttft_p50_ms=percentile(ttfts, 50),
+                ttft_p99_ms=percentile(ttfts, 99),
+                ttft_samples=len(ttfts),
                 api_cpu_us_per_token=median(cpu),
                 api_cpu_min_us_per_token=min(cpu),
                 api_cpu_max_us_per_token=max(cpu),
@@ -835,13 +871,13 @@ def user_system_split(summary: Summary) -> str:
 
 def context_table(summaries: Sequence[Summary]) -> str:
     lines = [
-        "| server | logprobs | streams | wall s | API user/system % | engine processes CPU µs/token "
+        "| server | logprobs | streams | wall s | TTFT samples | API user/system % | engine processes CPU µs/token "
         "| servers standing by, CPU µs/token | load-generator CPU µs/token |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for s in summaries:
         lines.append(
-            f"| {s.server} | {logprobs_label(s.logprobs)} | {s.streams} | {s.wall_seconds:.1f} | {user_system_split(s)} | "
+            f"| {s.server} | {logprobs_label(s.logprobs)} | {s.streams} | {s.wall_seconds:.1f} | {s.ttft_samples} | {user_system_split(s)} | "
             f"{s.engine_cpu_us_per_token:.0f} | {s.bystanders_cpu_us_per_token:.1f} | {s.load_generator_cpu_us_per_token:.0f} |"
         )
     return "\n".join(lines)
@@ -940,6 +976,9 @@ def report(
         f"- measuring: the servers run side by side, one loaded at a time; per concurrency a {WARMUP_TOKENS}-token "
         f"warm-up round each, then {settings.repeats} cycles of one measured round each, the order rotated per cycle; "
         "figures are medians over the cycles",
+        f"- TTFT: percentiles over the streams of every cycle's measured round and of the {settings.ttft_rounds} "
+        f"rounds of {TTFT_ROUND_TOKENS}-token streams that follow it (at many streams one round's TTFTs are one "
+        "draw of the engine's prefill cascade: clusters a whole engine step apart)",
         *(
             [
                 f"- `ours, coalesce {workload.coalesce_ms} ms`: ours with top-5 logprobs and the opt-in "
@@ -983,6 +1022,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--repeats", type=int, default=3, help="measured cycles per concurrency; figures are their medians (default: %(default)s)"
     )
+    parser.add_argument(
+        "--ttft-rounds",
+        type=int,
+        default=4,
+        help="one-token rounds after each measured round, adding TTFT samples (default: %(default)s)",
+    )
     parser.add_argument("--json", type=Path, help="also write the full results as JSON here")
     parser.add_argument(
         "--coalesce-ms",
@@ -1000,8 +1045,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.concurrencies = tuple(int(value) for value in args.concurrency.split(","))
     except ValueError:
         parser.error("--concurrency: comma-separated positive integers, e.g. 1,16,64")
-    if any(value < 1 for value in args.concurrencies) or args.tokens < 1 or args.repeats < 1:
-        parser.error("--concurrency, --tokens and --repeats must be positive")
+    if any(value < 1 for value in args.concurrencies) or args.tokens < 1 or args.repeats < 1 or args.ttft_rounds < 0:
+        parser.error("--concurrency, --tokens and --repeats must be positive, --ttft-rounds not negative")
     if not (args.model / "config.json").is_file():
         parser.error(f"--model: no model at {args.model} (build the embedded one with `make model`)")
     return args
@@ -1011,7 +1056,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
     log_dir = Path(tempfile.mkdtemp(prefix="serving-bench-"))
-    settings = Settings(args.model.resolve(), args.tokens, args.concurrencies, args.kinds, log_dir, args.repeats)
+    settings = Settings(args.model.resolve(), args.tokens, args.concurrencies, args.kinds, log_dir, args.repeats, args.ttft_rounds)
     workload = Workload(CHAT_MESSAGES, tuple(render_prompt(settings.model, CHAT_MESSAGES)), args.tokens, args.coalesce_ms)
     machine = machine_description()
     progress(f"prompt: {len(workload.prompt_ids)} tokens; server logs in {log_dir}")

@@ -20,6 +20,7 @@ def round_result(server: str, logprobs: bool, cycle: int, cpu: float, tokens_per
         tokens_per_second=tokens_per_second,
         ttft_p50_ms=200.0,
         ttft_p99_ms=300.0,
+        ttft_samples_ms=(200.0, 300.0),
         api_cpu_seconds=cpu * 1e-3,
         api_user_seconds=cpu * 0.75e-3,
         api_system_seconds=cpu * 0.25e-3,
@@ -39,6 +40,17 @@ def test_the_summary_takes_medians_and_keeps_the_spread() -> None:
     assert (ours.server, ours.cycles, openai.cycles) == ("ours", 3, 1)
     assert (ours.api_cpu_us_per_token, ours.api_cpu_min_us_per_token, ours.api_cpu_max_us_per_token) == (60.0, 50.0, 70.0)
     assert ours.api_user_share == pytest.approx(0.75)
+
+
+def test_ttft_percentiles_pool_the_streams_of_every_cycle() -> None:
+    # Per-cycle p50s would be 20 and 40 (median 30); the pool of all five streams has its own.
+    rounds = [
+        replace(round_result("ours", True, 0, 60.0), ttft_samples_ms=(10.0, 20.0, 30.0)),
+        replace(round_result("ours", True, 1, 60.0), ttft_samples_ms=(40.0, 400.0)),
+    ]
+    (summary,) = summarize(rounds)
+    assert (summary.ttft_samples, summary.ttft_p50_ms) == (5, 30.0)
+    assert summary.ttft_p99_ms == pytest.approx(400.0 - 0.04 * 360.0)
 
 
 def test_ratios_pair_rounds_of_the_same_cycle_only() -> None:
