@@ -16,6 +16,7 @@ import vllm.envs as vllm_envs
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from vllm.engine.arg_utils import AsyncEngineArgs
+from vllm.utils.gc_utils import freeze_gc_heap
 
 from engine_ext.engine import ExtensionMissing, MlnodeEngine
 from engine_ext.engine_factory import EngineConfigurationError, create_engine
@@ -106,6 +107,9 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, trigger: S
         server.add_insecure_port(options.address)
     except RuntimeError as error:
         raise StartupError(f"cannot listen on {options.address}: {error}") from error
+    # As vLLM's OpenAI server does: the startup heap (torch, transformers, vLLM) moves out of the
+    # collector's reach, so that its oldest-generation passes stop walking it while streams run.
+    freeze_gc_heap()
     await server.start()
     for service in HEALTH_CHECKED_SERVICES:
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)

@@ -62,6 +62,8 @@ class ResponseEncoder:
 
     def encode(self, output: RequestOutput | TokenDelta) -> list[pb.GenerateResponse]:
         if isinstance(output, TokenDelta):
+            if output.token_ids and len(output.token_ids) <= (self._chunk or len(output.token_ids)):
+                return [self._token_delta_message(output)]
             return self._messages(self._token_delta(output), output.prompt_length, output.num_cached_tokens)
         prompt_length = len(output.prompt_token_ids or ())
         messages: list[pb.GenerateResponse] = []
@@ -74,6 +76,19 @@ class ResponseEncoder:
             messages[0].prompt_logprobs.CopyFrom(self._prompt_logprob_batch(output))
             self._prompt_logprobs_sent = True
         return messages
+
+    def _token_delta_message(self, delta: TokenDelta) -> pb.GenerateResponse:
+        """The common case (one engine step of a token stream, one message), without the general
+        path's intermediate delta and slicing: it runs once per streamed token."""
+        token_ids = delta.token_ids
+        k = self._top_logprobs
+        self._generated[0] = self._generated.get(0, 0) + len(token_ids)
+        message = pb.GenerateResponse(request_id=self._request_id)
+        fill_token_batch(message.tokens, token_ids, token_delta_columns(delta, k) if k is not None else None, k)
+        if delta.finish_reason is not None:
+            finished = OutputDelta(0, token_ids, None, "", delta.finish_reason, delta.stop_reason)
+            message.finish.CopyFrom(self._finish(finished, delta.prompt_length, delta.num_cached_tokens))
+        return message
 
     def _token_delta(self, delta: TokenDelta) -> OutputDelta:
         k = self._top_logprobs

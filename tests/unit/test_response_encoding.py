@@ -113,3 +113,29 @@ def test_token_stream_deltas_become_the_same_columns_with_minus_inf_reported() -
     finish = messages[1].finish
     assert finish.reason == pb.FINISH_REASON_LENGTH and not messages[0].HasField("finish")
     assert (finish.usage.prompt_tokens, finish.usage.completion_tokens, finish.usage.cached_tokens) == (3, 2, 1)
+
+
+def test_a_token_stream_delta_in_one_message_matches_the_split_one() -> None:
+    # One message per delta is the per-token path; the split path is the general one.
+    rows = LogprobsLists(
+        np.array([[7, 3, 7, 9], [4, 4, 1, 2]], dtype=np.int32),
+        np.array([[-0.5, -0.25, -0.5, -1.0], [-0.125, -0.125, -2.0, -np.inf]], dtype=np.float32),
+        np.array([2, 1]),
+    )
+
+    def encoded(chunk: int, top_logprobs: int | None) -> list[pb.GenerateResponse]:
+        encoder = ResponseEncoder("r", plan(top_logprobs=top_logprobs, chunk=chunk))
+        first = TokenDelta([5], [(1, pack(LogprobsLists(rows[0][:1], rows[1][:1], rows[2][:1])))], None, None, 0, 3)
+        last = TokenDelta([7, 4], [(2, pack(rows))], "stop", 4, num_cached_tokens=1, prompt_length=3)
+        return encoder.encode(first) + encoder.encode(last)
+
+    for top_logprobs in (3, None):
+        whole, split = encoded(0, top_logprobs), encoded(1, top_logprobs)
+        assert [len(m.tokens.ids) for m in whole] == [1, 2] and [len(m.tokens.ids) for m in split] == [1, 1, 1]
+        merged = pb.TokenBatch()
+        for message in split[1:]:
+            merged.MergeFrom(message.tokens)
+        assert whole[1].tokens == merged and whole[0].tokens == split[0].tokens
+        assert whole[1].finish == split[2].finish
+        assert (whole[1].finish.stop_token_id, whole[1].finish.usage.completion_tokens) == (4, 3)
+        assert not whole[0].HasField("finish")
