@@ -388,6 +388,10 @@ class StreamResult:
     tokens: int
     prompt_tokens: int | None  # as the server reported it
 
+    @property
+    def ttft_ms(self) -> float:
+        return (self.first_token_at - self.sent_at) * 1000
+
 
 StreamFn = Callable[[int, int], Awaitable[StreamResult]]
 
@@ -652,7 +656,7 @@ async def measure_ttft(scenario: Scenario, streams: int, cycle: int, rounds: int
         seed_base = TTFT_SEED_BASE + (cycle * rounds + index) * streams
         results = await run_streams(scenario, streams, seed_base, TTFT_ROUND_TOKENS)
         check_streams(scenario, results, workload, TTFT_ROUND_TOKENS)
-        samples += [(result.first_token_at - result.sent_at) * 1000 for result in results]
+        samples += [result.ttft_ms for result in results]
     return samples
 
 
@@ -678,7 +682,7 @@ async def measure(
 
     tokens = sum(result.tokens for result in results)
     wall = max(result.last_token_at for result in results) - min(result.sent_at for result in results)
-    ttfts = [(result.first_token_at - result.sent_at) * 1000 for result in results]
+    ttfts = [result.ttft_ms for result in results]
     ttfts += await measure_ttft(scenario, streams, cycle, ttft_rounds, workload)  # after the CPU accounting
     per_token_us = 1e6 / tokens
     return RoundResult(
@@ -812,6 +816,10 @@ class Summary:
     load_generator_cpu_us_per_token: float
 
 
+def pooled_ttfts(rounds: Sequence[RoundResult]) -> list[float]:
+    return [ttft for r in rounds for ttft in r.ttft_samples_ms]
+
+
 def summarize(results: Sequence[RoundResult]) -> list[Summary]:
     """Per configuration, in the order of first appearance."""
     groups: dict[tuple[str, bool, int], list[RoundResult]] = {}
@@ -824,7 +832,7 @@ def summarize(results: Sequence[RoundResult]) -> list[Summary]:
             return median(getattr(r, name) for r in rounds)
 
         cpu = [r.api_cpu_us_per_token for r in rounds]
-        ttfts = [ttft for r in rounds for ttft in r.ttft_samples_ms]
+        ttfts = pooled_ttfts(rounds)
         api_seconds = sum(r.api_cpu_seconds for r in rounds)
         summaries.append(
             Summary(
@@ -926,8 +934,8 @@ def pooled_ttft_check(
 ) -> GoalCheck:
     """TTFT: one cycle's tail is one or two draws of the engine's prefill cascade (see measure_ttft), so
     the percentiles are taken over every cycle's samples at once; the cycles interleave the servers."""
-    mine = [ttft for r in rounds_of(results, *ours, streams) for ttft in r.ttft_samples_ms]
-    rival = [ttft for r in rounds_of(results, *theirs, streams) for ttft in r.ttft_samples_ms]
+    mine = pooled_ttfts(rounds_of(results, *ours, streams))
+    rival = pooled_ttfts(rounds_of(results, *theirs, streams))
     metric = "ttft_p50_ms" if q == 50 else "ttft_p99_ms"
     per_cycle = paired_ratios(results, ours, theirs, streams, metric)
     if not mine or not rival or not percentile(rival, q):

@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import grpc
-from vllm.logprobs import FlatLogprobs
 from vllm.outputs import RequestOutput
 
 from engine_ext.token_streams import TokenDelta
@@ -62,7 +61,7 @@ class ResponseEncoder:
 
     def encode(self, output: RequestOutput | TokenDelta) -> list[pb.GenerateResponse]:
         if isinstance(output, TokenDelta):
-            if output.token_ids and len(output.token_ids) <= (self._chunk or len(output.token_ids)):
+            if output.token_ids and (not self._chunk or len(output.token_ids) <= self._chunk):
                 return [self._token_delta_message(output)]
             return self._messages(self._token_delta(output), output.prompt_length, output.num_cached_tokens)
         prompt_length = len(output.prompt_token_ids or ())

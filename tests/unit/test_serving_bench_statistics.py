@@ -44,7 +44,7 @@ def test_the_summary_takes_medians_and_keeps_the_spread() -> None:
 
 
 def test_ttft_percentiles_pool_the_streams_of_every_cycle() -> None:
-    # Per-cycle p50s would be 20 and 40 (median 30); the pool of all five streams has its own.
+    # Per-cycle p50s would be 20 and 220 (median 120); the pool of all five streams gives 30.
     rounds = [
         replace(round_result("ours", True, 0, 60.0), ttft_samples_ms=(10.0, 20.0, 30.0)),
         replace(round_result("ours", True, 1, 60.0), ttft_samples_ms=(40.0, 400.0)),
