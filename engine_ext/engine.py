@@ -1,10 +1,11 @@
-"""The running engine as the server sees it: vLLM's AsyncLLM plus the extension's own calls.
+"""The running engine as the server sees it: vLLM's AsyncLLM behind the project's own types.
 
 Generation goes through vLLM's AsyncLLM.generate, or through the lean token streams
-(engine_ext.token_streams) for requests that want token ids and logprobs only; aborts reach both.
-What vLLM has no public call for (the scheduler's live state, the plugin's per-process report) goes
-through the utility and collective-RPC methods the plugin registers, so the server never touches
-vLLM internals itself.
+(engine_ext.token_streams) for requests that want token ids and logprobs only. Both paths yield
+GenerationSteps and raise engine_ext.errors; aborts, abort-all and pause reach both (token streams
+bypass vLLM's frontend, so vLLM's own pause_generation would not see them). What vLLM has no public
+call for (the scheduler's live state, the plugin's per-process report) goes through the utility
+and collective-RPC methods the plugin registers, each bounded by EngineCalls.
 """
 
 from __future__ import annotations
@@ -13,12 +14,19 @@ from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
 from typing import Any
 
-from vllm.inputs import PromptType
-from vllm.outputs import RequestOutput
-from vllm.sampling_params import SamplingParams
+import vllm.envs as vllm_envs
+from vllm.inputs import TokensPrompt
 from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
-from engine_ext.token_streams import TokenDelta, TokenStreams, token_stream_possible
+from engine_ext.engine_calls import EngineCalls
+from engine_ext.errors import EngineDead, EnginePaused, RequestFailed, RequestRejected
+from engine_ext.generation_request import GenerationRequest, sampling_params
+from engine_ext.model_facts import ModelFacts, read_model_facts
+from engine_ext.outputs import GenerationStep
+from engine_ext.packed_logprobs import request_packed_logprobs
+from engine_ext.request_outputs import RequestOutputReader
+from engine_ext.token_streams import TokenStreams, token_stream_possible
 
 
 class ExtensionMissing(RuntimeError):
@@ -35,28 +43,85 @@ class SchedulerState:
 
 
 class MlnodeEngine:
-    def __init__(self, llm: AsyncLLM) -> None:
-        self.llm = llm
-        self.token_streams = TokenStreams(llm)
-        self.token_streams.install()
+    def __init__(self, llm: AsyncLLM, calls: EngineCalls) -> None:
+        self._llm = llm
+        self.calls = calls
+        self._token_streams = TokenStreams(llm)
+        self._token_streams.install()
+        # Client-side ids of the requests on vLLM's generate() path (token streams track their own).
+        self._generating: set[str] = set()
+        self._paused = False
 
-    def generate(self, prompt: PromptType, params: SamplingParams, request_id: str) -> AsyncIterator[RequestOutput | TokenDelta]:
-        """The request's outputs until it finishes; ValueError (before the first) on bad input."""
-        if self.token_streams.enabled and token_stream_possible(params):
-            return self.token_streams.outputs(request_id, prompt, params)
-        return self.llm.generate(prompt, params, request_id)
+    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+        """The request's steps until every output has finished.
+
+        Raises (before the first step) EnginePaused, RequestRejected or EngineDead; later
+        EngineDead or RequestFailed. Closing the generator early aborts the engine request."""
+        if self._paused:
+            raise EnginePaused("the engine is paused")
+        llm = self._llm
+        if llm.errored:
+            raise EngineDead("the engine has died")
+        params = sampling_params(request)
+        streamed = self._token_streams.enabled and token_stream_possible(params)
+        if streamed:
+            request_packed_logprobs(params)
+        prompt = TokensPrompt(prompt_token_ids=request.prompt_token_ids)
+        try:
+            engine_request = llm.input_processor.process_inputs(request.request_id, prompt, params)
+        except ValueError as error:
+            part = "constraint" if request.constraint is not None else "request"
+            raise RequestRejected(str(error), part) from error
+        try:
+            if streamed:
+                stream = await self._token_streams.open(request.request_id, engine_request)
+                async for step in self._token_streams.outputs(stream):
+                    yield step
+            else:
+                reader = RequestOutputReader(request.top_logprobs, request.prompt_logprobs, request.include_text)
+                self._generating.add(request.request_id)
+                try:
+                    async for output in llm.generate(engine_request, params, request.request_id):
+                        yield reader.step(output)
+                finally:
+                    self._generating.discard(request.request_id)
+        except EngineDeadError as error:
+            raise EngineDead("the engine has died") from error
+        except EngineGenerateError as error:
+            raise RequestFailed(f"the engine failed the request: {error.__cause__!r}") from error
 
     async def abort(self, request_ids: Collection[str]) -> None:
         """Ends the requests (given by their client-side ids) with finish reason abort."""
-        streams = self.token_streams.streams_of(request_ids)
-        await self.token_streams.abort(streams)
+        streams = self._token_streams.streams_of(request_ids)
+        await self._token_streams.abort(streams)
         streamed = {stream.external_request_id for stream in streams}
         others = [request_id for request_id in request_ids if request_id not in streamed]
-        if others:
-            await self.llm.abort(others)
+        if others and not self._llm.errored:
+            await self._llm.abort(others)
+
+    async def abort_all(self) -> int:
+        """Ends every request in flight, on both paths, with finish reason abort; returns how many."""
+        streams = self._token_streams.all_streams()
+        await self._token_streams.abort(streams)
+        others = list(self._generating)
+        if others and not self._llm.errored:
+            await self._llm.abort(others)
+        return len(streams) + len(others)
+
+    async def pause(self) -> int:
+        """Refuses new requests (EnginePaused) and aborts those in flight; returns how many."""
+        self._paused = True
+        return await self.abort_all()
+
+    def resume(self) -> None:
+        self._paused = False
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
 
     async def scheduler_state(self) -> SchedulerState:
-        state = await self.llm.engine_core.call_utility_async("mlnode_scheduler_state")
+        state = await self._utility("mlnode_scheduler_state")
         return SchedulerState(**state)
 
     async def require_extension(self) -> None:
@@ -71,14 +136,42 @@ class MlnodeEngine:
             ) from error
 
     async def engine_core_report(self) -> dict[str, Any]:
-        return await self.llm.engine_core.call_utility_async("mlnode_process_report")
+        return await self._utility("mlnode_process_report")
 
     async def worker_reports(self) -> list[dict[str, Any]]:
-        return await self.llm.collective_rpc("mlnode_process_report")
+        return await self._guarded("worker report (collective_rpc mlnode_process_report)", self._llm.collective_rpc("mlnode_process_report"))
+
+    def tokenizer(self) -> Any:
+        """The served model's (Hugging Face) tokenizer, as the engine itself uses it."""
+        return self._llm.get_tokenizer()
+
+    def model_facts(self) -> ModelFacts:
+        return read_model_facts(self._llm.vllm_config, self.tokenizer())
+
+    @property
+    def logs_stats(self) -> bool:
+        return bool(self._llm.log_stats)
+
+    @property
+    def log_stats_interval_seconds(self) -> float:
+        return float(vllm_envs.VLLM_LOG_STATS_INTERVAL)
+
+    async def log_stats(self) -> None:
+        """vLLM's periodic throughput / queue / KV-cache log line, as its own servers print it."""
+        await self._llm.do_log_stats()
 
     @property
     def errored(self) -> bool:
-        return self.llm.errored
+        return self._llm.errored
 
     def shutdown(self) -> None:
-        self.llm.shutdown()
+        self._llm.shutdown()
+
+    async def _utility(self, name: str) -> Any:
+        return await self._guarded(f"utility call {name}", self._llm.engine_core.call_utility_async(name))
+
+    async def _guarded(self, name: str, call: Any) -> Any:
+        try:
+            return await self.calls.call(name, call)
+        except EngineDeadError as error:
+            raise EngineDead("the engine has died") from error

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import vllm
 from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.usage.usage_lib import UsageContext
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from engine_ext.engine import MlnodeEngine
+from engine_ext.engine_args import USAGE_CONTEXT, EngineSettings
+from engine_ext.engine_calls import EngineCalls
+from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY
 from engine_ext.vllm_version import require_supported_vllm
 from engine_ext.worker_extension import WORKER_EXTENSION_CLASS
 
@@ -28,10 +32,24 @@ def with_worker_extension(engine_args: AsyncEngineArgs) -> AsyncEngineArgs:
     return engine_args
 
 
-def create_engine(engine_args: AsyncEngineArgs) -> MlnodeEngine:
+def require_no_kv_connector(engine_args: AsyncEngineArgs) -> None:
+    """Token streams' logprobs ride in the engine outputs' kv_transfer_params, the field through which
+    a KV connector hands on its own transfer parameters: refused, rather than two users of one field
+    corrupting each other silently."""
+    if engine_args.kv_transfer_config is not None:
+        raise EngineConfigurationError(
+            "--kv-transfer-config is not supported: the server carries its packed logprobs in the engine "
+            f"outputs' kv_transfer_params (key {PACKED_LOGPROBS_KEY!r}), the field a KV connector uses for "
+            "its own transfer parameters. Start the server without --kv-transfer-config."
+        )
+
+
+def create_engine(settings: EngineSettings, calls: EngineCalls) -> MlnodeEngine:
     """Starts the engine processes (call before creating the gRPC server: vLLM forks)."""
     require_supported_vllm(vllm.__version__)
-    llm = AsyncLLM.from_engine_args(
-        with_worker_extension(engine_args), usage_context=UsageContext.OPENAI_API_SERVER
-    )
-    return MlnodeEngine(llm)
+    require_no_kv_connector(settings.vllm_args)
+    engine_args = with_worker_extension(settings.vllm_args)
+    # Read by vLLM while it configures the engine, and inherited by the engine processes it starts.
+    os.environ.update(settings.environment)
+    llm = AsyncLLM.from_engine_args(engine_args, usage_context=USAGE_CONTEXT)
+    return MlnodeEngine(llm, calls)

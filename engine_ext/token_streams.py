@@ -23,14 +23,14 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
-from vllm.inputs import PromptType
 from vllm.sampling_params import RequestOutputKind, SamplingParams
-from vllm.v1.engine import EngineCoreOutput, FinishReason
+from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest
 from vllm.v1.engine.async_llm import AsyncLLM
-from vllm.v1.engine.exceptions import EngineDeadError
 from vllm.v1.metrics.stats import IterationStats
 
-from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, request_packed_logprobs, unpack
+from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
+from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, unpack
+from engine_ext.request_outputs import finish_reason
 
 
 def token_stream_possible(params: SamplingParams) -> bool:
@@ -44,49 +44,19 @@ def token_stream_possible(params: SamplingParams) -> bool:
     )
 
 
-class TokenDelta:
-    """The tokens one request produced since the consumer last took (several steps when it fell
-    behind); the last delta of a stream carries the finish."""
-
-    __slots__ = ("token_ids", "packed_logprobs", "finish_reason", "stop_reason", "num_cached_tokens", "prompt_length")
-
-    def __init__(
-        self,
-        token_ids: list[int],
-        packed_logprobs: list[tuple[int, bytes]],
-        finish_reason: str | None,
-        stop_reason: int | str | None,
-        num_cached_tokens: int,
-        prompt_length: int,
-    ) -> None:
-        self.token_ids = token_ids
-        self.packed_logprobs = packed_logprobs
-        self.finish_reason = finish_reason
-        self.stop_reason = stop_reason
-        self.num_cached_tokens = num_cached_tokens
-        self.prompt_length = prompt_length
-
-    @property
-    def finished(self) -> bool:
-        return self.finish_reason is not None
-
-    def logprob_columns(self, k: int) -> tuple[list[float], list[int], list[int], list[float]]:
-        """Chosen logprobs, chosen ranks, top-k ids and top-k logprobs (flattened), all positions."""
-        return unpack(self.packed_logprobs, k)
-
-
 class TokenStream:
     """One request's undelivered output: the output handler appends, the request's task takes."""
 
-    def __init__(self, engine_request_id: str, external_request_id: str, prompt_length: int) -> None:
+    def __init__(self, engine_request_id: str, external_request_id: str, prompt_length: int, top_logprobs: int | None) -> None:
         self.engine_request_id = engine_request_id
         self.external_request_id = external_request_id
         self.prompt_length = prompt_length
+        self.top_logprobs = top_logprobs
         self.prefilling = True
         self.done = False  # the final output (finish or error) has been appended
         self._token_ids: list[int] = []
         self._packed_logprobs: list[tuple[int, bytes]] = []
-        self._finish_reason: str | None = None
+        self._finish_reason: FinishReason | None = None
         self._stop_reason: int | str | None = None
         self._num_cached_tokens = 0
         self._error: BaseException | None = None
@@ -102,13 +72,13 @@ class TokenStream:
             self._packed_logprobs.append((len(positions), pack(output.new_logprobs)))
         self._num_cached_tokens = output.num_cached_tokens
         if output.finish_reason is not None:
-            self._finish(str(output.finish_reason), output.stop_reason)
+            self._finish(finish_reason(output.finish_reason), output.stop_reason)
         else:
             self._wake()
 
     def abort(self) -> None:
         if not self.done:
-            self._finish(str(FinishReason.ABORT), None)
+            self._finish(FinishReason.ABORT, None)
 
     def fail(self, error: BaseException) -> None:
         if not self.done:
@@ -116,7 +86,7 @@ class TokenStream:
             self._error = error
             self._wake()
 
-    def _finish(self, reason: str, stop_reason: int | str | None) -> None:
+    def _finish(self, reason: FinishReason, stop_reason: int | str | None) -> None:
         self.done = True
         self._finish_reason = reason
         self._stop_reason = stop_reason
@@ -129,18 +99,21 @@ class TokenStream:
             if not waiter.done():
                 waiter.set_result(None)
 
-    async def next_delta(self, loop: asyncio.AbstractEventLoop) -> TokenDelta:
+    async def next_step(self, loop: asyncio.AbstractEventLoop) -> GenerationStep:
         """Waits for output, then takes all of it (merged, when several steps arrived meanwhile)."""
         while not self._token_ids and not self.done:
             self._waiter = loop.create_future()
             await self._waiter
         if self._error is not None:
             raise self._error
-        delta = TokenDelta(
-            self._token_ids, self._packed_logprobs, self._finish_reason, self._stop_reason, self._num_cached_tokens, self.prompt_length
-        )
+        token_ids, packed = self._token_ids, self._packed_logprobs
         self._token_ids, self._packed_logprobs = [], []
-        return delta
+        k = self.top_logprobs
+        columns = LogprobColumns(*unpack(packed, k)) if k is not None and token_ids else None
+        finish = None
+        if self._finish_reason is not None:
+            finish = Finish(self._finish_reason, self._stop_reason, self.prompt_length, self._num_cached_tokens)
+        return GenerationStep([OutputDelta(0, token_ids, columns, "", finish)], finish is not None)
 
 
 class TokenStreams:
@@ -161,16 +134,13 @@ class TokenStreams:
         processor.process_outputs = self._routing(processor.process_outputs)
         processor.propagate_error = self._failing_too(processor.propagate_error)
 
-    async def open(self, request_id: str, prompt: PromptType, params: SamplingParams) -> TokenStream:
-        """Validates and submits the request (as AsyncLLM.add_request does); ValueError on bad input."""
+    async def open(self, request_id: str, request: EngineCoreRequest) -> TokenStream:
+        """Submits a validated request (as AsyncLLM.add_request does after validating it); its
+        sampling params must have asked for packed logprobs (request_packed_logprobs)."""
         llm = self._llm
-        if llm.errored:
-            raise EngineDeadError()
-        request_packed_logprobs(params)
-        request = llm.input_processor.process_inputs(request_id, prompt, params)
         llm.input_processor.assign_request_id(request)
         llm._run_output_handler()  # started lazily by vLLM on its first request
-        stream = TokenStream(request.request_id, request_id, len(request.prompt_token_ids or ()))
+        stream = TokenStream(request.request_id, request_id, len(request.prompt_token_ids or ()), request.sampling_params.logprobs)
         self._streams[stream.engine_request_id] = stream
         try:
             await llm.engine_core.add_request_async(request)
@@ -179,15 +149,14 @@ class TokenStreams:
             raise
         return stream
 
-    async def outputs(self, request_id: str, prompt: PromptType, params: SamplingParams) -> AsyncIterator[TokenDelta]:
-        """The request's deltas until its finish; leaving early (cancellation) aborts it in the engine."""
-        stream = await self.open(request_id, prompt, params)
+    async def outputs(self, stream: TokenStream) -> AsyncIterator[GenerationStep]:
+        """The stream's steps until its finish; leaving early (cancellation, close) aborts it in the engine."""
         loop = asyncio.get_running_loop()
         try:
             while True:
-                delta = await stream.next_delta(loop)
-                yield delta
-                if delta.finished:
+                step = await stream.next_step(loop)
+                yield step
+                if step.finished:
                     return
         finally:
             if not stream.done:
@@ -196,6 +165,9 @@ class TokenStreams:
     def streams_of(self, external_request_ids: Iterable[str]) -> list[TokenStream]:
         wanted = set(external_request_ids)
         return [stream for stream in self._streams.values() if stream.external_request_id in wanted]
+
+    def all_streams(self) -> list[TokenStream]:
+        return list(self._streams.values())
 
     async def abort(self, streams: list[TokenStream]) -> None:
         """Ends the streams with finish reason abort and frees their engine requests."""

@@ -22,9 +22,12 @@ class Admission:
 
     def require_open(self) -> None:
         if not self._open:
-            raise ServiceError(
-                grpc.StatusCode.UNAVAILABLE,
-                Reason.SHUTTING_DOWN,
-                "the server is shutting down; send the request to another node",
-                retry_after_seconds=SHUTDOWN_RETRY_AFTER_SECONDS,
-            )
+            raise self.refusal()
+
+    def refusal(self) -> ServiceError:
+        return ServiceError(
+            grpc.StatusCode.UNAVAILABLE,
+            Reason.SHUTTING_DOWN,
+            "the server is shutting down; send the request to another node",
+            retry_after_seconds=SHUTDOWN_RETRY_AFTER_SECONDS,
+        )

@@ -3,82 +3,72 @@
 from __future__ import annotations
 
 import asyncio
-import errno
-import importlib.metadata
 import logging
-import platform
-import socket
+from typing import Any
 
 import grpc
-import torch
-import vllm
-import vllm.envs as vllm_envs
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from grpc_health.v1.health import aio as health_aio
-from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.utils.gc_utils import freeze_gc_heap
 
 from engine_ext.engine import ExtensionMissing, MlnodeEngine
+from engine_ext.engine_calls import EngineCalls
 from engine_ext.engine_factory import EngineConfigurationError, create_engine
+from engine_ext.runtime import component_versions, freeze_startup_heap
 from engine_ext.vllm_version import UnsupportedVllmVersion
 from gonka.mlnode.v1 import inference_pb2 as pb
-from gonka.mlnode.v1 import inference_pb2_grpc as pb_grpc
 from server.admission import Admission
+from server.engine_watch import watch_engine
+from server.health import HealthService
 from server.inference_servicer import InferenceServicer
-from server.model_facts import read_model_facts
 from server.options import ServerOptions
 from server.reflection import enable_reflection
 from server.request_registry import RequestRegistry
+from server.service_registration import add_raw_request_service
 from server.shutdown import ShutdownTrigger
+from server.tokenizer_pool import TokenizerPool
 from server.translation import RequestTranslator
+from server.translation.chat_template import client_template_variables
+from server.translation.prompt import PromptLimits, PromptReader
 
 log = logging.getLogger(__name__)
 
-INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"].full_name
-HEALTH_CHECKED_SERVICES = ("", INFERENCE_SERVICE)
-ENGINE_WATCH_INTERVAL_SECONDS = 0.5
+INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"]
+HEALTH_CHECKED_SERVICES = ("", INFERENCE_SERVICE.full_name)
 # After the grace, aborted streams get this long to deliver their final (abort) message.
 ABORT_FLUSH_SECONDS = 2.0
-GRPC_SERVER_OPTIONS = (
-    # A second server must fail to bind, not silently share the port.
-    ("grpc.so_reuseport", 0),
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
-    ("grpc.keepalive_time_ms", 30_000),
-    ("grpc.keepalive_timeout_ms", 10_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
-    ("grpc.http2.max_pings_without_data", 0),
-)
+MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
+# The default prompt bound: generous for any text that fits the context (English runs at about
+# 4 characters per token), while keeping the tokenization of a refused prompt short.
+DEFAULT_PROMPT_CHARS_PER_TOKEN = 16
+
+
+def grpc_server_options(max_request_bytes: int) -> tuple[tuple[str, Any], ...]:
+    return (
+        # A second server must fail to bind, not silently share the port.
+        ("grpc.so_reuseport", 0),
+        ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
+        # Larger requests get RESOURCE_EXHAUSTED from grpc itself, before any handler runs.
+        ("grpc.max_receive_message_length", max_request_bytes),
+        ("grpc.keepalive_time_ms", 30_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.http2.max_pings_without_data", 0),
+    )
 
 
 class StartupError(RuntimeError):
     pass
 
 
-def require_port_free(options: ServerOptions) -> None:
-    """Fails in a second instead of after the engine's minute-long start."""
-    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        # Like gRPC's own listener: a TIME_WAIT leftover is fine, a live listener is not.
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((options.host, options.port))
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                raise StartupError(f"{options.address} is already in use by another process") from error
-            raise StartupError(f"cannot listen on {options.address}: {error.strerror}") from error
-
-
-async def serve(options: ServerOptions, engine_args: AsyncEngineArgs) -> int:
-    require_port_free(options)
+async def serve(options: ServerOptions, engine_args: Any) -> int:
     # Installed before the engine's blocking start: a signal that arrives meanwhile is only noted
     # (a Python-level handler raising inside vLLM's startup poll would be swallowed) and acted on
     # once the engine is up, so its processes are always shut down, never orphaned.
     trigger = ShutdownTrigger()
     trigger.install_signal_handlers()
+    calls = EngineCalls(options.engine_call_timeout_seconds, options.engine_stuck_seconds)
     try:
-        engine = create_engine(engine_args)
+        engine = create_engine(engine_args, calls)
     except (EngineConfigurationError, UnsupportedVllmVersion) as error:
         raise StartupError(str(error)) from error
     try:
@@ -92,31 +82,36 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, trigger: S
         await engine.require_extension()
     except ExtensionMissing as error:
         raise StartupError(str(error)) from error
-    tokenizer = engine.llm.get_tokenizer()
-    facts = read_model_facts(engine.llm.vllm_config, tokenizer)
+    facts = engine.model_facts()
+    tokenizer = engine.tokenizer()
+    limits = PromptLimits(
+        max_chars=options.max_prompt_chars or DEFAULT_PROMPT_CHARS_PER_TOKEN * facts.max_model_len,
+        template_variables=client_template_variables(tokenizer),
+    )
+    tokenizers = TokenizerPool(tokenizer)
     registry = RequestRegistry()
     admission = Admission()
-    health = health_aio.HealthServicer()
-    servicer = InferenceServicer(engine, facts, RequestTranslator(facts, tokenizer), registry, admission, _versions())
+    health = HealthService()
+    translator = RequestTranslator(facts, PromptReader(facts, limits, tokenizers))
+    versions = pb.Versions(**component_versions(), grpc=grpc.__version__)
+    servicer = InferenceServicer(engine, facts, limits, options.max_request_bytes, translator, registry, admission, versions)
 
-    server = grpc.aio.server(options=GRPC_SERVER_OPTIONS)
-    pb_grpc.add_InferenceServiceServicer_to_server(servicer, server)
+    server = grpc.aio.server(options=grpc_server_options(options.max_request_bytes))
+    add_raw_request_service(server, INFERENCE_SERVICE, servicer)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    enable_reflection(server, (INFERENCE_SERVICE, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name))
+    enable_reflection(server, (INFERENCE_SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name))
     try:
         server.add_insecure_port(options.address)
     except RuntimeError as error:
         raise StartupError(f"cannot listen on {options.address}: {error}") from error
-    # As vLLM's OpenAI server does: the startup heap (torch, transformers, vLLM) moves out of the
-    # collector's reach, so that its oldest-generation passes stop walking it while streams run.
-    freeze_gc_heap()
+    freeze_startup_heap()
     await server.start()
     for service in HEALTH_CHECKED_SERVICES:
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving %s on %s", facts.served_model_name, options.address)
 
-    background = [asyncio.create_task(_watch_engine(engine, trigger))]
-    if engine.llm.log_stats:
+    background = [asyncio.create_task(watch_engine(engine, trigger, health, HEALTH_CHECKED_SERVICES, admission))]
+    if engine.logs_stats:
         background.append(asyncio.create_task(_log_engine_stats(engine)))
     await trigger.wait()
     for task in background:
@@ -126,13 +121,15 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, trigger: S
     await health.enter_graceful_shutdown()
     await _drain(engine, registry, trigger, options.shutdown_grace_seconds)
     await server.stop(grace=ABORT_FLUSH_SECONDS)
+    tokenizers.close()
     log.info("stopped")
     return trigger.exit_code
 
 
 async def _drain(engine: MlnodeEngine, registry: RequestRegistry, trigger: ShutdownTrigger, grace: float) -> None:
-    """In-flight streams run until done or the grace ends; the rest are aborted in the engine, so
-    their clients receive a final FINISH_REASON_ABORT message rather than a cut connection."""
+    """In-flight streams run until done or the grace ends; then the engine is paused, which aborts
+    every request in flight on both output paths (their clients receive a final FINISH_REASON_ABORT
+    message rather than a cut connection) and refuses those still being tokenized."""
     drained = asyncio.create_task(registry.wait_until_empty(grace))
     forced = asyncio.create_task(trigger.wait_forced())
     await asyncio.wait((drained, forced), return_when=asyncio.FIRST_COMPLETED)
@@ -140,32 +137,13 @@ async def _drain(engine: MlnodeEngine, registry: RequestRegistry, trigger: Shutd
     if drained.done() and drained.result():
         return
     drained.cancel()
-    remaining = registry.request_ids()
-    if remaining and not engine.errored:
-        log.info("aborting %d in-flight request(s)", len(remaining))
-        await engine.abort(remaining)
+    if not engine.errored:
+        aborted = await engine.pause()
+        log.info("aborted %d in-flight request(s)", aborted)
         await registry.wait_until_empty(ABORT_FLUSH_SECONDS)
 
 
-async def _watch_engine(engine: MlnodeEngine, trigger: ShutdownTrigger) -> None:
-    while not engine.errored:
-        await asyncio.sleep(ENGINE_WATCH_INTERVAL_SECONDS)
-    log.error("the engine died; going down")
-    trigger.request("engine died", exit_code=1)
-
-
 async def _log_engine_stats(engine: MlnodeEngine) -> None:
-    """vLLM's periodic throughput / queue / KV-cache log line, as its own servers print it."""
     while True:
-        await asyncio.sleep(vllm_envs.VLLM_LOG_STATS_INTERVAL)
-        await engine.llm.do_log_stats()
-
-
-def _versions() -> pb.Versions:
-    return pb.Versions(
-        server=importlib.metadata.version("gonka-mlnode"),
-        vllm=vllm.__version__,
-        torch=torch.__version__,
-        python=platform.python_version(),
-        grpc=grpc.__version__,
-    )
+        await asyncio.sleep(engine.log_stats_interval_seconds)
+        await engine.log_stats()

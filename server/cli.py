@@ -1,54 +1,70 @@
-"""`python -m server`: the gRPC server's command line (server flags plus every vLLM engine argument)."""
+"""`python -m server`: the gRPC server's command line (server flags plus every vLLM engine argument).
+
+Importing vLLM takes about 10 seconds, so the server's own flags are read and its port checked
+first, and `--help=server` is answered, before anything imports it.
+"""
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 
 import uvloop
-from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.utils.argparse_utils import FlexibleArgumentParser
 
-from server.app import StartupError, serve
 from server.embedded_model import DEFAULT_MODEL_DIR, ensure_embedded_model
-from server.options import ServerOptions, add_server_arguments
+from server.listen_port import PortUnavailable, require_port_free
+from server.options import SERVER_GROUP, ServerOptions, add_server_arguments, parse_server_flags, server_help
 
+PROG = "python -m server"
 EMBEDDED_MODEL_NAME = "qwen3-tiny-embedded"
+EMBEDDED_MODEL_HELP = "model directory or hub id (default: the embedded tiny Qwen3)"
 DESCRIPTION = (
     "gRPC inference-and-proof server for Gonka ML nodes on vLLM. Without --model it serves the embedded "
     f"tiny Qwen3 (built on first use into {DEFAULT_MODEL_DIR}). Engine flags are vLLM's own, as "
     "`vllm serve` accepts them."
 )
-
-
-def build_parser() -> FlexibleArgumentParser:
-    parser = FlexibleArgumentParser(prog="python -m server", description=DESCRIPTION)
-    add_server_arguments(parser)
-    AsyncEngineArgs.add_cli_args(parser)
-    # vLLM's default would fetch a model from the hub; ours is the embedded one.
-    parser.set_defaults(model=None)
-    for action in parser._actions:
-        if "--model" in action.option_strings:
-            action.help = "model directory or hub id (default: the embedded tiny Qwen3)"
-    return parser
-
-
-def engine_args_from(args: argparse.Namespace) -> AsyncEngineArgs:
-    if args.model is None:
-        args.model = str(ensure_embedded_model())
-        if not args.served_model_name:
-            args.served_model_name = [EMBEDDED_MODEL_NAME]
-    return AsyncEngineArgs.from_cli_args(args)
+# vLLM's parser's spellings: `--help=<group>` (any case) shows one group.
+HELP_FLAGS = ("-h", "--help")
+GROUP_HELP_PREFIX = "--help="
+EXIT_REFUSED = 2
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(asctime)s [%(name)s] %(message)s")
-    args = build_parser().parse_args(argv)
+    if f"{GROUP_HELP_PREFIX}{SERVER_GROUP}" in (arg.lower() for arg in argv):
+        print(server_help(PROG), end="")
+        sys.exit(0)
+    if not _asks_for_help(argv):
+        try:
+            require_port_free(ServerOptions.from_args(parse_server_flags(PROG, argv)))
+        except PortUnavailable as error:
+            sys.exit(_refused(error))
+    sys.exit(_serve(argv))
+
+
+def _serve(argv: list[str]) -> int:
+    # Imported only now: both import vLLM.
+    from engine_ext.engine_args import DefaultModel, build_engine_parser, engine_args_from
+    from server.app import StartupError, serve
+
+    embedded = DefaultModel(EMBEDDED_MODEL_NAME, EMBEDDED_MODEL_HELP, ensure_embedded_model)
+    namespace = build_engine_parser(PROG, DESCRIPTION, add_server_arguments, embedded).parse_args(argv)
+    options = ServerOptions.from_args(namespace)
     try:
+        # Again, on what vLLM's parser read: a --config file, or a flag spelled with underscores,
+        # can name an address the first look did not see.
+        require_port_free(options)
         # uvloop, as vLLM's own servers use: about a tenth less API-process CPU per streamed token.
-        exit_code = uvloop.run(serve(ServerOptions.from_args(args), engine_args_from(args)))
-    except StartupError as error:
-        print(f"error: {error}", file=sys.stderr)
-        exit_code = 2
-    sys.exit(exit_code)
+        return uvloop.run(serve(options, engine_args_from(namespace, embedded)))
+    except (PortUnavailable, StartupError) as error:
+        return _refused(error)
+
+
+def _asks_for_help(argv: list[str]) -> bool:
+    return any(arg in HELP_FLAGS or arg.startswith(GROUP_HELP_PREFIX) for arg in argv)
+
+
+def _refused(error: Exception) -> int:
+    print(f"error: {error}", file=sys.stderr)
+    return EXIT_REFUSED

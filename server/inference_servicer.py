@@ -1,4 +1,8 @@
-"""gonka.mlnode.v1.InferenceService: streams vLLM generations as columnar token batches."""
+"""gonka.mlnode.v1.InferenceService: streams the engine's generations as columnar token batches.
+
+Methods take the raw request bytes (server.service_registration) so that undecodable input is
+INVALID_ARGUMENT like any other bad input.
+"""
 
 from __future__ import annotations
 
@@ -7,29 +11,34 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
 
 import grpc
-from vllm.inputs import TokensPrompt
-from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
 from engine_ext.engine import MlnodeEngine
+from engine_ext.errors import EngineCallTimeout, EngineDead, EnginePaused, RequestFailed, RequestRejected
+from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.v1 import inference_pb2 as pb
-from gonka.mlnode.v1 import inference_pb2_grpc as pb_grpc
 from server.admission import Admission
 from server.errors import Reason, ServiceError, abort_with, invalid_field
-from server.model_facts import ModelFacts
 from server.request_registry import RequestRegistry
 from server.response_encoding import ResponseEncoder
+from server.service_registration import decode_request
 from server.translation import GenerationPlan, RequestTranslator
+from server.translation.prompt import PromptLimits
 
 log = logging.getLogger(__name__)
+PAUSED_RETRY_AFTER_SECONDS = 1.0
 
 
-class InferenceServicer(pb_grpc.InferenceServiceServicer):
+class InferenceServicer:
     def __init__(
         self,
         engine: MlnodeEngine,
         facts: ModelFacts,
+        limits: PromptLimits,
+        max_request_bytes: int,
         translator: RequestTranslator,
         registry: RequestRegistry,
         admission: Admission,
@@ -37,52 +46,49 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
     ) -> None:
         self._engine = engine
         self._facts = facts
+        self._limits = limits
+        self._max_request_bytes = max_request_bytes
         self._translator = translator
         self._registry = registry
         self._admission = admission
         self._versions = versions
         self._started = time.monotonic()
 
-    async def Generate(
-        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.GenerateResponse]:
+    async def Generate(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateResponse]:
         # Errors are collected and raised after the try: grpc.aio's abort works by raising, and a
         # broad except here must not swallow it. Cancellation (client gone, deadline) is not caught:
-        # it propagates into vLLM's generate(), which aborts the engine request.
+        # it propagates into the engine's generator, which aborts the engine request.
         failure: ServiceError | None = None
         plan: GenerationPlan | None = None
         try:
+            request = decode_request(pb.GenerateRequest, raw)
             self._admission.require_open()
-            plan = self._translator.plan(request)
             request_id = request.request_id or uuid.uuid4().hex
             with self._registry.track(request_id) as entry:
+                plan = await self._translator.plan(request, request_id)
                 encoder = ResponseEncoder(request_id, plan)
-                prompt = TokensPrompt(prompt_token_ids=plan.prompt_token_ids)
-                async for output in self._engine.generate(prompt, plan.sampling_params, request_id):
-                    for message in encoder.encode(output):
-                        yield message
-                    if output.finished:
-                        break
-                    if entry.abort_requested:
-                        await self._engine.abort([request_id])
-                    elif plan.coalesce_seconds:
-                        # Outputs arriving meanwhile are merged into the next one, on both paths.
-                        await asyncio.sleep(plan.coalesce_seconds)
+                # aclosing: however this loop is left, the engine request is aborted at once, not
+                # whenever the abandoned generator is collected.
+                async with aclosing(self._engine.generate(plan.request)) as steps:
+                    async for step in steps:
+                        for message in encoder.encode(step):
+                            yield message
+                        if step.finished:
+                            break
+                        if entry.abort_requested:
+                            await self._engine.abort([request_id])
+                        elif plan.coalesce_seconds:
+                            # Outputs arriving meanwhile are merged into the next one, on both paths.
+                            await asyncio.sleep(plan.coalesce_seconds)
         except ServiceError as error:
             failure = error
-        except ValueError as error:
-            failure = _engine_rejection(error, plan)
-        except EngineDeadError:
-            failure = ServiceError(grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_DEAD, "the engine has died; the server is going down")
-        except EngineGenerateError as error:
-            failure = ServiceError(grpc.StatusCode.INTERNAL, Reason.INTERNAL_ERROR, f"the engine failed the request: {error.__cause__!r}")
         except Exception as error:  # never leave a stream without a status
-            log.exception("Generate failed")
-            failure = ServiceError(grpc.StatusCode.INTERNAL, Reason.INTERNAL_ERROR, f"internal error: {error!r}")
+            failure = self._failure(error, plan)
         if failure is not None:
             await abort_with(context, failure)
 
-    async def Abort(self, request: pb.AbortRequest, context: grpc.aio.ServicerContext) -> pb.AbortResponse:
+    async def Abort(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.AbortResponse:
+        request = await self._decoded(pb.AbortRequest, raw, context)
         entry = self._registry.get(request.request_id)
         if entry is None:
             await abort_with(
@@ -98,7 +104,8 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
         await self._engine.abort([request.request_id])
         return pb.AbortResponse()
 
-    async def GetModelInfo(self, request: pb.GetModelInfoRequest, context: grpc.aio.ServicerContext) -> pb.GetModelInfoResponse:
+    async def GetModelInfo(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.GetModelInfoResponse:
+        await self._decoded(pb.GetModelInfoRequest, raw, context)
         facts = self._facts
         return pb.GetModelInfoResponse(
             served_model_name=facts.served_model_name,
@@ -112,36 +119,71 @@ class InferenceServicer(pb_grpc.InferenceServiceServicer):
             tensor_parallel_size=facts.tensor_parallel_size,
             has_chat_template=facts.has_chat_template,
             tokenizer_max_token_id=facts.tokenizer_max_token_id,
+            max_prompt_chars=self._limits.max_chars,
+            max_request_bytes=self._max_request_bytes,
+            template_variables=sorted(self._limits.template_variables),
         )
 
-    async def GetServerStatus(
-        self, request: pb.GetServerStatusRequest, context: grpc.aio.ServicerContext
-    ) -> pb.GetServerStatusResponse:
+    async def GetServerStatus(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.GetServerStatusResponse:
+        request = await self._decoded(pb.GetServerStatusRequest, raw, context)
+        response = pb.GetServerStatusResponse(
+            active_streams=len(self._registry), uptime_seconds=time.monotonic() - self._started, versions=self._versions
+        )
+        problem = self._engine.calls.problem()
+        if problem is not None:
+            # The engine is stuck: say so now instead of queueing one more call behind the stuck one.
+            response.engine_problem = problem
+            return response
         try:
             state = await self._engine.scheduler_state()
-        except EngineDeadError:
-            await abort_with(context, ServiceError(grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_DEAD, "the engine has died"))
-        response = pb.GetServerStatusResponse(
-            running_requests=state.running,
-            waiting_requests=state.waiting,
-            kv_cache_usage=state.kv_cache_usage,
-            active_streams=len(self._registry),
-            uptime_seconds=time.monotonic() - self._started,
-            versions=self._versions,
-        )
-        if request.include_engine_processes:
-            response.engine_processes.append(_engine_process(pb.EngineProcess.ROLE_ENGINE_CORE, await self._engine.engine_core_report()))
-            for report in await self._engine.worker_reports():
-                response.engine_processes.append(_engine_process(pb.EngineProcess.ROLE_WORKER, report))
+            response.running_requests = state.running
+            response.waiting_requests = state.waiting
+            response.kv_cache_usage = state.kv_cache_usage
+            if request.include_engine_processes:
+                response.engine_processes.append(_engine_process(pb.EngineProcess.ROLE_ENGINE_CORE, await self._engine.engine_core_report()))
+                for report in await self._engine.worker_reports():
+                    response.engine_processes.append(_engine_process(pb.EngineProcess.ROLE_WORKER, report))
+        except Exception as error:
+            await abort_with(context, self._failure(error, None))
         return response
+
+    async def _decoded(self, message_class: Any, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return decode_request(message_class, raw)
+        except ServiceError as error:
+            await abort_with(context, error)
+
+    def _failure(self, error: Exception, plan: GenerationPlan | None) -> ServiceError:
+        """The status for an exception from the engine wrapper (or a bug: INTERNAL, logged)."""
+        if isinstance(error, ServiceError):
+            return error
+        if isinstance(error, RequestRejected):
+            return _rejection(error, plan)
+        if isinstance(error, EngineDead):
+            return ServiceError(grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_DEAD, "the engine has died; the server is going down")
+        if isinstance(error, EnginePaused):
+            if not self._admission.is_open:
+                return self._admission.refusal()
+            return ServiceError(
+                grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_PAUSED, "the engine is paused", retry_after_seconds=PAUSED_RETRY_AFTER_SECONDS
+            )
+        if isinstance(error, EngineCallTimeout):
+            return ServiceError(grpc.StatusCode.DEADLINE_EXCEEDED, Reason.ENGINE_CALL_TIMEOUT, str(error))
+        if isinstance(error, RequestFailed):
+            log.error("the engine failed a request: %s", error, exc_info=error.__cause__)
+            return ServiceError(grpc.StatusCode.INTERNAL, Reason.INTERNAL_ERROR, str(error))
+        log.exception("internal error", exc_info=error)
+        return ServiceError(grpc.StatusCode.INTERNAL, Reason.INTERNAL_ERROR, f"internal error: {error!r}")
 
 
 def _engine_process(role: int, report: dict) -> pb.EngineProcess:
     return pb.EngineProcess(role=role, pid=report["pid"], vllm_version=report["vllm_version"], seams=report["seams"])
 
 
-def _engine_rejection(error: ValueError, plan: GenerationPlan | None) -> ServiceError:
-    """vLLM's own input validation failed: the checks before it cover everything but the constraint."""
-    if plan is not None and plan.constraint_field is not None:
-        return invalid_field(plan.constraint_field, f"the engine rejected the constraint: {error}", Reason.INVALID_CONSTRAINT)
-    return invalid_field("request", f"the engine rejected the request: {error}")
+def _rejection(error: RequestRejected, plan: GenerationPlan | None) -> ServiceError:
+    """The engine's own input validation refused the request (the checks before it cover the rest)."""
+    if error.part == "constraint" and plan is not None and plan.constraint_field is not None:
+        return invalid_field(plan.constraint_field, f"the engine rejected the constraint: {error.message}", Reason.INVALID_CONSTRAINT)
+    if error.part == "sampling":
+        return invalid_field("sampling", error.message)
+    return invalid_field("request", f"the engine rejected the request: {error.message}")

@@ -5,6 +5,6 @@ idempotent (vLLM may load plugins more than once per process) and marks what it 
 seams installed in a process can be read back from the patched objects themselves.
 """
 
-from engine_ext.seams.vllm_0_15 import install_seams, installed_seams
+from engine_ext.seams.vllm_0_15 import expected_seams, install_seams, installed_seams
 
-__all__ = ["install_seams", "installed_seams"]
+__all__ = ["expected_seams", "install_seams", "installed_seams"]

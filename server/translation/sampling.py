@@ -1,16 +1,18 @@
-"""The request's sampling and logprob options as vLLM SamplingParams (unset fields: vLLM's defaults)."""
+"""The request's sampling and logprob options, validated (unset fields: the engine's defaults, but
+max_tokens, which defaults to the rest of the context as the contract says)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-import grpc
-from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
+from typing import Any
 
+import grpc
+
+from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.errors import Reason, ServiceError, invalid_field
-from server.model_facts import ModelFacts
 from server.translation.prompt import require_in_vocabulary
 
 # More outputs than this per prompt is a mistake, not a workload: each is a full engine request.
@@ -30,21 +32,25 @@ def logprob_counts(request: pb.GenerateRequest, facts: ModelFacts) -> LogprobCou
         return LogprobCounts(None, None)
     options = request.logprobs
     limit = facts.max_logprobs
-    _require(options.top_logprobs <= limit, "logprobs.top_logprobs", f"must be in 0..{limit}")
+    generated = options.top_logprobs if options.HasField("top_logprobs") else None
+    _require(generated is None or generated <= limit, "logprobs.top_logprobs", f"must be in 0..{limit}")
     prompt = options.prompt_logprobs if options.HasField("prompt_logprobs") else None
     _require(prompt is None or prompt <= limit, "logprobs.prompt_logprobs", f"must be in 0..{limit}")
-    return LogprobCounts(options.top_logprobs, prompt)
+    return LogprobCounts(generated, prompt)
 
 
-def sampling_params(
-    request: pb.GenerateRequest,
-    prompt_length: int,
-    facts: ModelFacts,
-    logprobs: LogprobCounts,
-    structured_outputs: StructuredOutputsParams | None,
-) -> SamplingParams:
+@dataclass(frozen=True)
+class SamplingChoice:
+    """The request's sampling options, validated: what the engine gets."""
+
+    options: dict[str, Any]
+    stop: tuple[str, ...]
+    stop_token_ids: tuple[int, ...]
+
+
+def sampling_choice(request: pb.GenerateRequest, prompt_length: int, facts: ModelFacts) -> SamplingChoice:
     options = request.sampling
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, Any] = {}
 
     def optional(name: str, valid: bool, expectation: str) -> None:
         if options.HasField(name):
@@ -77,28 +83,14 @@ def sampling_params(
             f"in the model's {facts.max_model_len}-token context (at most {room})",
             field="sampling.max_tokens",
         )
-    stop = list(options.stop)
+    # The contract's default (vLLM's own would be 16 tokens): up to the end of the context.
+    kwargs.setdefault("max_tokens", room)
+    stop = tuple(options.stop)
     for index, text in enumerate(stop):
         _require(bool(text), f"sampling.stop[{index}]", "must not be empty")
-    stop_token_ids = list(options.stop_token_ids)
-    require_in_vocabulary(stop_token_ids, facts, "sampling.stop_token_ids")
-
-    include_text = request.stream.include_text
-    try:
-        return SamplingParams(
-            **kwargs,
-            stop=stop or None,
-            stop_token_ids=stop_token_ids or None,
-            logprobs=logprobs.generated,
-            prompt_logprobs=logprobs.prompt,
-            flat_logprobs=True,
-            structured_outputs=structured_outputs,
-            # Detokenizing costs CPU per token: only when text is wanted or stop strings need it.
-            detokenize=include_text or bool(stop),
-            output_kind=RequestOutputKind.FINAL_ONLY if request.stream.final_only else RequestOutputKind.DELTA,
-        )
-    except ValueError as error:
-        raise invalid_field("sampling", str(error)) from error
+    stop_token_ids = tuple(options.stop_token_ids)
+    require_in_vocabulary(list(stop_token_ids), facts, "sampling.stop_token_ids")
+    return SamplingChoice(kwargs, stop, stop_token_ids)
 
 
 def _require(condition: bool, field: str, expectation: str) -> None:

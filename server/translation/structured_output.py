@@ -1,11 +1,11 @@
-"""The request's structured-output constraint as vLLM's StructuredOutputsParams."""
+"""The request's structured-output constraint, checked as far as the server can (the engine
+compiles it and may still refuse it)."""
 
 from __future__ import annotations
 
 import json
 
-from vllm.sampling_params import StructuredOutputsParams
-
+from engine_ext.generation_request import Constraint
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.errors import Reason, invalid_field
 
@@ -18,28 +18,28 @@ def constraint_field(request: pb.GenerateRequest) -> str | None:
     return None if kind is None else f"structured_output.{kind}"
 
 
-def structured_outputs_params(request: pb.GenerateRequest) -> StructuredOutputsParams | None:
+def constraint(request: pb.GenerateRequest) -> Constraint | None:
     if not request.HasField("structured_output"):
         return None
-    constraint = request.structured_output
-    kind = constraint.WhichOneof("constraint")
+    chosen = request.structured_output
+    kind = chosen.WhichOneof("constraint")
     field = f"structured_output.{kind}"
     if kind is None:
         raise invalid_field("structured_output", "set one of json_schema, regex, grammar, choice or json_object")
     if kind == "json_schema":
-        return StructuredOutputsParams(json=_json_schema(constraint.json_schema, field))
+        return Constraint(kind, _json_schema(chosen.json_schema, field))
     if kind == "regex":
-        _require(bool(constraint.regex), field, "must not be empty")
-        return StructuredOutputsParams(regex=constraint.regex)
+        _require(bool(chosen.regex), field, "must not be empty")
+        return Constraint(kind, chosen.regex)
     if kind == "grammar":
-        _require(bool(constraint.grammar.strip()), field, "must not be empty")
-        return StructuredOutputsParams(grammar=constraint.grammar)
+        _require(bool(chosen.grammar.strip()), field, "must not be empty")
+        return Constraint(kind, chosen.grammar)
     if kind == "choice":
-        choices = list(constraint.choice.choices)
+        choices = list(chosen.choice.choices)
         _require(bool(choices), f"{field}.choices", "must hold at least one choice")
-        return StructuredOutputsParams(choice=choices)
-    _require(constraint.json_object, field, "must be true when chosen")
-    return StructuredOutputsParams(json_object=True)
+        return Constraint(kind, tuple(choices))
+    _require(chosen.json_object, field, "must be true when chosen")
+    return Constraint(kind, True)
 
 
 def _json_schema(text: str, field: str) -> str:

@@ -49,6 +49,11 @@ BAD_REQUESTS = {
     "empty token ids": (raw_request(token_ids=pb.TokenIds()), "INVALID_FIELD", "token_ids.ids"),
     "request id too long": (build_request(token_ids=PROMPT_IDS, request_id="x" * 300), "INVALID_FIELD", "request_id"),
     "coalescing window too long": (build_request(token_ids=PROMPT_IDS, coalesce_ms=60_001), "INVALID_FIELD", "stream.coalesce_ms"),
+    # A client's own template is the route of CVE-2025-61620; return_dict would make the prompt a dict's keys.
+    "a client-supplied chat template": (build_request(messages=[("user", "hi")], chat_template_kwargs={"chat_template": "{{ 7 * 7 }}"}), "INVALID_FIELD", "chat.template_kwargs.chat_template"),
+    "a Hugging Face parameter as template variable": (build_request(messages=[("user", "hi")], chat_template_kwargs={"return_dict": True}), "INVALID_FIELD", "chat.template_kwargs.return_dict"),
+    "text over the character bound": (build_request(prompt="x" * (16 * 8192 + 1)), "PROMPT_TOO_LONG", "text"),
+    "chat over the character bound": (build_request(messages=[("user", "y" * (16 * 8192 + 1))]), "PROMPT_TOO_LONG", "chat.messages"),
 }
 
 
@@ -71,3 +76,39 @@ def test_the_engine_keeps_serving_after_bad_input(client: InferenceClient) -> No
     assert len(result.first.token_ids) == 4 and result.first.finish_reason == "length"
     status = client.server_status()
     assert (status.running_requests, status.waiting_requests, status.active_streams) == (0, 0, 0)
+
+
+GENERATE = "/gonka.mlnode.v1.InferenceService/Generate"
+GET_MODEL_INFO = "/gonka.mlnode.v1.InferenceService/GetModelInfo"
+VALID_BYTES = build_request(prompt="hi", max_tokens=2).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    ("method", "payload"),
+    [
+        (GENERATE, b"\x0a\xff\xff\xff"),  # a length prefix running past the end
+        (GENERATE, VALID_BYTES.replace(b"hi", b"\xff\xfe")),  # invalid UTF-8 in a string field
+        (GET_MODEL_INFO, b"\x08"),  # a field tag without its value
+    ],
+    ids=["corrupt-generate", "bad-utf8-generate", "corrupt-unary"],
+)
+def test_undecodable_request_bytes_are_invalid_argument(server, method: str, payload: bytes) -> None:
+    with grpc.insecure_channel(server.target) as channel:
+        if method == GENERATE:
+            call = channel.unary_stream(method, request_serializer=None, response_deserializer=None)
+            attempt = lambda: list(call(payload, timeout=30))  # noqa: E731
+        else:
+            call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+            attempt = lambda: call(payload, timeout=30)  # noqa: E731
+        with pytest.raises(grpc.RpcError) as caught:
+            attempt()
+    error = ServerError.from_rpc_error(caught.value)
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT and error.reason == "MALFORMED_REQUEST", error
+    assert "gonka.mlnode.v1." in error.message
+
+
+def test_a_request_over_the_size_limit_is_refused_by_grpc_itself(client: InferenceClient) -> None:
+    with pytest.raises(ServerError) as caught:
+        client.generate(build_request(prompt="z" * (16 * 1024 * 1024 + 1)), timeout=60)
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert client.generate(token_ids=PROMPT_IDS, max_tokens=2).first.finish_reason == "length"

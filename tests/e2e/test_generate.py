@@ -263,3 +263,20 @@ def test_coalescing_sends_fewer_messages_with_the_same_tokens(client: InferenceC
         coalesced.add(response)
     assert coalesced.first.token_ids == every_step.first.token_ids
     assert coalesced.first.logprobs == every_step.first.logprobs
+
+
+def test_unset_max_tokens_generates_to_the_end_of_the_context(client: InferenceClient) -> None:
+    info = client.model_info()
+    room = 12
+    prompt = [1000 + (i * 7907) % 140000 for i in range(info.max_context_length - room)]
+    output = client.generate(token_ids=prompt, ignore_eos=True, temperature=0.0, max_tokens_per_message=0).first
+    assert len(output.token_ids) == room and output.finish_reason == "length"
+    assert output.usage.prompt_tokens + output.usage.completion_tokens == info.max_context_length
+
+
+def test_prompt_logprobs_can_be_asked_for_alone(client: InferenceClient) -> None:
+    result = client.generate(token_ids=PROMPT_IDS, max_tokens=3, temperature=0.0, prompt_logprobs=2)
+    assert result.prompt_token_ids == PROMPT_IDS[1:] and len(result.prompt_logprobs.logprobs) == len(PROMPT_IDS) - 1
+    assert [len(row) for row in result.prompt_logprobs.top_ids] == [2] * (len(PROMPT_IDS) - 1)
+    output = result.first
+    assert len(output.token_ids) == 3 and not output.logprobs.logprobs and not output.logprobs.top_ids

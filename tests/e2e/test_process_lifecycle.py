@@ -19,6 +19,17 @@ from gonka.mlnode.v1 import inference_pb2 as pb
 from tests.support.server_process import REPO_ROOT, engine_environment, start_server
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
+# Refusals that come before vLLM is imported (about 10 s here) take a fraction of a second.
+BEFORE_VLLM_IMPORT_SECONDS = 5
+
+
+def run_server(*flags: str) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    completed = subprocess.run(
+        [sys.executable, "-m", "server", *flags],
+        cwd=REPO_ROOT, env=engine_environment(), capture_output=True, text=True, timeout=300, check=False,
+    )
+    return completed, time.monotonic() - started
 
 
 def test_the_server_refuses_a_port_already_bound() -> None:
@@ -26,33 +37,53 @@ def test_the_server_refuses_a_port_already_bound() -> None:
         occupant.bind(("127.0.0.1", 0))
         occupant.listen()
         port = occupant.getsockname()[1]
-        started = time.monotonic()
-        completed = subprocess.run(
-            [sys.executable, "-m", "server", "--port", str(port)],
-            cwd=REPO_ROOT, env=engine_environment(), capture_output=True, text=True, timeout=120, check=False,
-        )
+        completed, seconds = run_server("--port", str(port))
     assert completed.returncode == 2
     assert f"127.0.0.1:{port} is already in use" in completed.stderr
-    assert time.monotonic() - started < 60  # refused before the engine was started
+    assert seconds < BEFORE_VLLM_IMPORT_SECONDS
+
+
+def test_a_bad_server_flag_is_refused_before_vllm_is_imported() -> None:
+    completed, seconds = run_server("--port", "0", "--engine-call-timeout", "0")
+    assert completed.returncode == 2
+    assert "argument --engine-call-timeout: must be positive, got '0'" in completed.stderr
+    assert seconds < BEFORE_VLLM_IMPORT_SECONDS
+
+
+def test_a_port_named_in_a_config_file_is_checked_too(tmp_path) -> None:
+    with socket.socket() as occupant:
+        occupant.bind(("127.0.0.1", 0))
+        occupant.listen()
+        port = occupant.getsockname()[1]
+        config = tmp_path / "server.yaml"
+        config.write_text(f"port: {port}\n")
+        # vLLM's parser reads --config; the first look, before vLLM is imported, cannot.
+        completed, _ = run_server("--config", str(config))
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert f"127.0.0.1:{port} is already in use" in completed.stderr
 
 
 def test_sigterm_drains_then_exits_zero(tmp_path) -> None:
     server = start_server(tmp_path / "server.log", ["--shutdown-grace", "3"])
     try:
         with InferenceClient(server.target) as client:
-            received: list = []
-            stream_done = threading.Event()
+            # One stream on each output path: the lean token stream (no text) and vLLM's generate()
+            # (text): the engine's pause must abort both.
+            received: dict[bool, list] = {False: [], True: []}
+            streams_done = threading.Barrier(3)
 
-            def long_stream() -> None:
+            def long_stream(include_text: bool) -> None:
                 try:
-                    for response in client.stream(token_ids=PROMPT_IDS, max_tokens=8000 - len(PROMPT_IDS), ignore_eos=True, temperature=0.0):
-                        received.append(response)
+                    request = dict(token_ids=PROMPT_IDS, max_tokens=8000 - len(PROMPT_IDS), ignore_eos=True, temperature=0.0)
+                    for response in client.stream(**request, include_text=include_text):
+                        received[include_text].append(response)
                 finally:
-                    stream_done.set()
+                    streams_done.wait(60)
 
-            reader = threading.Thread(target=long_stream)
-            reader.start()
-            while not received:
+            readers = [threading.Thread(target=long_stream, args=(include_text,)) for include_text in (False, True)]
+            for reader in readers:
+                reader.start()
+            while not (received[False] and received[True]):
                 time.sleep(0.05)
             signalled = time.monotonic()
             server.signal(signal.SIGTERM)
@@ -73,10 +104,13 @@ def test_sigterm_drains_then_exits_zero(tmp_path) -> None:
             assert refused.value.code == grpc.StatusCode.UNAVAILABLE
             assert refused.value.reason == "SHUTTING_DOWN" and refused.value.retry_after_seconds == 1.0
 
-            assert stream_done.wait(30)
-            reader.join()
-            # The in-flight stream outlived the signal by the grace, then ended with a clean abort.
-            assert received[-1].finish.reason == pb.FINISH_REASON_ABORT
+            streams_done.wait(30)
+            for reader in readers:
+                reader.join()
+            # The in-flight streams outlived the signal by the grace, then ended with a clean abort.
+            for include_text, responses in received.items():
+                assert responses[-1].finish.reason == pb.FINISH_REASON_ABORT, include_text
+            assert any(response.text for response in received[True]) and not any(response.text for response in received[False])
             assert time.monotonic() - signalled >= 3
         assert server.wait(timeout=60) == 0
     finally:
@@ -117,8 +151,11 @@ def test_help_documents_the_server_flags_beside_vllms_engine_flags() -> None:
     for flag in ("--host", "--port", "--shutdown-grace", "--model", "--tensor-parallel-size", "--max-model-len", "--dtype"):
         assert flag in overview, flag
     assert "embedded tiny Qwen3" in overview
+    started = time.monotonic()
     server_group = help_text("--help=server")
+    assert time.monotonic() - started < BEFORE_VLLM_IMPORT_SECONDS
     assert "--shutdown-grace SECONDS" in server_group and "default: 50051" in server_group
+    assert "--engine-stuck-after SECONDS" in server_group and "--tensor-parallel-size" not in server_group
     assert "--tensor-parallel-size" in help_text("--help=ParallelConfig")
 
 
@@ -129,4 +166,15 @@ def test_a_foreign_worker_extension_is_refused_with_a_clear_message() -> None:
     )
     assert completed.returncode == 2
     assert "--worker-extension-cls 'some.other.Extension' is not supported" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
+def test_a_kv_connector_is_refused_with_a_clear_message() -> None:
+    # The server's packed logprobs ride in kv_transfer_params, which a KV connector uses for its own.
+    completed, _ = run_server(
+        "--port", "0", "--kv-transfer-config", '{"kv_connector": "ExampleConnector", "kv_role": "kv_both"}'
+    )
+    assert completed.returncode == 2
+    assert "--kv-transfer-config is not supported" in completed.stderr
+    assert "kv_transfer_params" in completed.stderr
     assert "Traceback" not in completed.stderr

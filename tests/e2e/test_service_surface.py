@@ -13,17 +13,29 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from engine_ext.vllm_version import public_version
 from gonka.mlnode.client import InferenceClient
 from gonka.mlnode.v1 import inference_pb2 as pb
 from tests.support.server_process import REPO_ROOT
 
 SERVICE = "gonka.mlnode.v1.InferenceService"
-ENGINE_SEAMS_ON_CPU = {
-    "cpu_grammar_bitmask_without_pinned_memory",
-    "cpu_seeded_rows_in_mixed_batches",
-    "cpu_seeded_chunked_prefill",
-    "packed_logprobs",
-}
+
+
+def expected_engine_seams() -> set[str]:
+    """The seams for the platform the suite runs on (the CPU-only ones are absent on a GPU host)."""
+    from vllm.platforms import current_platform
+
+    from engine_ext.seams import expected_seams
+
+    return expected_seams(is_cpu_platform=current_platform.is_cpu())
+
+
+def installed_vllm_version() -> str:
+    import vllm
+
+    from engine_ext.vllm_version import public_version
+
+    return public_version(vllm.__version__)
 
 
 def grpcurl_binary() -> str:
@@ -46,20 +58,24 @@ def test_model_info_describes_the_embedded_model(client: InferenceClient) -> Non
     assert (info.max_context_length, info.vocab_size, info.eos_token_id) == (8192, 151936, 151645)
     assert info.dtype == "bfloat16" and info.max_logprobs == 20 and info.has_chat_template
     assert info.tokenizer_max_token_id == 151668 and info.tensor_parallel_size == 1
+    # The server's input bounds: 16 characters per token of context, 16 MiB per request.
+    assert (info.max_prompt_chars, info.max_request_bytes) == (16 * 8192, 16 * 1024 * 1024)
+    assert list(info.template_variables) == ["enable_thinking"]
 
 
 def test_server_status_reports_the_plugin_in_every_engine_process(server, client: InferenceClient) -> None:
     status = client.server_status()
-    assert status.versions.vllm == "0.15.1" and status.uptime_seconds > 0
+    assert public_version(status.versions.vllm) == installed_vllm_version() and status.uptime_seconds > 0
     assert not status.engine_processes  # only on request
+    assert status.HasField("running_requests") and not status.engine_problem
 
     detailed = client.server_status(include_engine_processes=True)
     roles = {process.role for process in detailed.engine_processes}
     assert roles == {pb.EngineProcess.ROLE_ENGINE_CORE, pb.EngineProcess.ROLE_WORKER}
     for process in detailed.engine_processes:
         assert process.pid != server.pid  # the plugin ran in vLLM's own processes, not only the API's
-        assert process.vllm_version == "0.15.1"
-        assert set(process.seams) == ENGINE_SEAMS_ON_CPU
+        assert public_version(process.vllm_version) == installed_vllm_version()
+        assert set(process.seams) == expected_engine_seams()
 
 
 def test_health_reports_serving_for_the_server_and_each_service(server) -> None:
@@ -71,6 +87,16 @@ def test_health_reports_serving_for_the_server_and_each_service(server) -> None:
         with pytest.raises(grpc.RpcError) as caught:
             health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"))
         assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_health_lists_every_service_it_reports(server) -> None:
+    # Reflection advertises List (grpc.health.v1 has it); it must answer, not be UNIMPLEMENTED.
+    with grpc.insecure_channel(server.target) as channel:
+        listed = health_pb2_grpc.HealthStub(channel).List(health_pb2.HealthListRequest(), timeout=10)
+    assert {name: entry.status for name, entry in listed.statuses.items()} == {
+        "": health_pb2.HealthCheckResponse.SERVING,
+        SERVICE: health_pb2.HealthCheckResponse.SERVING,
+    }
 
 
 def test_grpcurl_lists_the_services(server) -> None:

@@ -13,6 +13,8 @@ from vllm.v1.engine import EngineCoreOutput, FinishReason
 from vllm.v1.engine.exceptions import EngineDeadError
 from vllm.v1.outputs import LogprobsLists
 
+from engine_ext.outputs import FinishReason as Finished
+from engine_ext.outputs import LogprobColumns
 from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, request_packed_logprobs, unpack, wants_packed_logprobs
 from engine_ext.token_streams import TokenStream, token_stream_possible
 
@@ -78,12 +80,15 @@ def output(token_ids: list[int], rows=None, *, packed: bool = True, finish: Fini
     )
 
 
-def new_stream() -> TokenStream:
-    return TokenStream("r-1-abcd", "r-1", prompt_length=40)
+def new_stream(top_logprobs: int | None = 2) -> TokenStream:
+    return TokenStream("r-1-abcd", "r-1", prompt_length=40, top_logprobs=top_logprobs)
 
 
 def take(stream: TokenStream):
-    return asyncio.run(stream.next_delta(asyncio.new_event_loop()))
+    """The stream's next step, as its one output's delta."""
+    step = asyncio.run(stream.next_step(asyncio.new_event_loop()))
+    assert len(step.outputs) == 1 and step.finished == (step.outputs[0].finish is not None)
+    return step.outputs[0]
 
 
 def test_steps_the_consumer_missed_arrive_merged_in_order() -> None:
@@ -91,16 +96,21 @@ def test_steps_the_consumer_missed_arrive_merged_in_order() -> None:
     stream.append(output([7, 4], [ROW_A, ROW_B]))
     stream.append(output([8], [ROW_C]))
     delta = take(stream)
-    assert delta.token_ids == [7, 4, 8] and not delta.finished
-    assert delta.logprob_columns(2) == unpack([(2, pack(logprob_lists([ROW_A, ROW_B]))), (1, pack(logprob_lists([ROW_C])))], 2)
-    assert (delta.prompt_length, delta.num_cached_tokens) == (40, 16)
+    assert delta.token_ids == [7, 4, 8] and delta.finish is None
+    assert delta.logprobs == LogprobColumns(*unpack([(2, pack(logprob_lists([ROW_A, ROW_B]))), (1, pack(logprob_lists([ROW_C])))], 2))
 
 
 def test_unpacked_engine_logprobs_give_the_same_columns() -> None:
-    packed, plain = new_stream(), new_stream()
+    packed, plain = new_stream(3), new_stream(3)
     for stream, is_packed in ((packed, True), (plain, False)):
         stream.append(output([7, 4], [ROW_A, ROW_B], packed=is_packed))
-    assert take(plain).logprob_columns(3) == take(packed).logprob_columns(3)
+    assert take(plain).logprobs == take(packed).logprobs
+
+
+def test_a_stream_without_logprobs_has_no_columns() -> None:
+    stream = new_stream(top_logprobs=None)
+    stream.append(output([7, 4]))
+    assert take(stream).logprobs is None
 
 
 def test_the_finish_travels_with_the_last_tokens_and_ends_the_stream() -> None:
@@ -109,9 +119,10 @@ def test_the_finish_travels_with_the_last_tokens_and_ends_the_stream() -> None:
     stream.append(output([151645], [ROW_B], finish=FinishReason.STOP, stop=151645))
     assert stream.done
     delta = take(stream)
-    assert delta.token_ids == [7, 151645] and (delta.finish_reason, delta.stop_reason) == ("stop", 151645)
+    assert delta.token_ids == [7, 151645] and (delta.finish.reason, delta.finish.stop_reason) == (Finished.STOP, 151645)
+    assert (delta.finish.prompt_tokens, delta.finish.cached_tokens) == (40, 16)
     stream.abort()  # too late: the stream already finished
-    assert take(stream).finish_reason == "stop"
+    assert take(stream).finish.reason == Finished.STOP
 
 
 def test_an_abort_ends_the_stream_after_the_tokens_it_already_has() -> None:
@@ -119,13 +130,13 @@ def test_an_abort_ends_the_stream_after_the_tokens_it_already_has() -> None:
     stream.append(output([7]))
     stream.abort()
     delta = take(stream)
-    assert delta.token_ids == [7] and delta.finish_reason == "abort" and delta.stop_reason is None
+    assert delta.token_ids == [7] and delta.finish.reason == Finished.ABORT and delta.finish.stop_reason is None
 
 
 def test_an_engine_failure_reaches_the_waiting_consumer() -> None:
     async def scenario() -> None:
         stream = new_stream()
-        waiting = asyncio.create_task(stream.next_delta(asyncio.get_running_loop()))
+        waiting = asyncio.create_task(stream.next_step(asyncio.get_running_loop()))
         await asyncio.sleep(0)
         assert not waiting.done()
         stream.fail(EngineDeadError())
@@ -138,9 +149,9 @@ def test_an_engine_failure_reaches_the_waiting_consumer() -> None:
 def test_a_waiting_consumer_wakes_on_the_next_step() -> None:
     async def scenario() -> list[int]:
         stream = new_stream()
-        waiting = asyncio.create_task(stream.next_delta(asyncio.get_running_loop()))
+        waiting = asyncio.create_task(stream.next_step(asyncio.get_running_loop()))
         await asyncio.sleep(0)
         stream.append(output([5]))
-        return (await waiting).token_ids
+        return (await waiting).outputs[0].token_ids
 
     assert asyncio.run(scenario()) == [5]

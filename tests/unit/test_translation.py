@@ -1,66 +1,126 @@
-"""GenerateRequest -> prompt ids and SamplingParams, with the embedded model's real tokenizer."""
+"""GenerateRequest -> the engine's GenerationRequest, with the embedded model's real tokenizer."""
 
 from __future__ import annotations
 
-import pytest
-from vllm.sampling_params import RequestOutputKind, SamplingParams
+import asyncio
+from collections.abc import Iterator
 
+import pytest
+
+from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.client import build_request
+from gonka.mlnode.v1 import inference_pb2 as pb
 from server.errors import ServiceError
-from server.model_facts import ModelFacts
-from server.translation import RequestTranslator
+from server.tokenizer_pool import TokenizerPool
+from server.translation import GenerationPlan, RequestTranslator
+from server.translation.chat_template import client_template_variables
+from server.translation.prompt import PromptLimits, PromptReader, integral_numbers_as_ints
 
 FACTS = ModelFacts(
     served_model_name="tiny", model_path="/m", max_model_len=64, vocab_size=151936, tokenizer_max_token_id=151668,
     eos_token_id=151645, bos_token_id=None, dtype="bfloat16", max_logprobs=20, tensor_parallel_size=1,
     has_chat_template=True,
 )
+MAX_CHARS = 400
 
 
 @pytest.fixture(scope="module")
-def translator(tokenizer) -> RequestTranslator:
-    return RequestTranslator(FACTS, tokenizer)
+def pool(tokenizer) -> Iterator[TokenizerPool]:
+    tokenizers = TokenizerPool(tokenizer)
+    yield tokenizers
+    tokenizers.close()
 
 
-def test_unset_sampling_fields_keep_vllms_defaults(translator: RequestTranslator) -> None:
-    params = translator.plan(build_request(token_ids=[1, 2, 3])).sampling_params
-    default = SamplingParams()
-    for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "n", "ignore_eos", "skip_special_tokens"):
-        assert getattr(params, name) == getattr(default, name), name
-    assert params.logprobs is None and params.prompt_logprobs is None
-    # No text asked and no stop strings: the server does not detokenize at all.
-    assert params.detokenize is False and params.output_kind == RequestOutputKind.DELTA
+def make_translator(tokenizer, pool: TokenizerPool, facts: ModelFacts = FACTS) -> RequestTranslator:
+    limits = PromptLimits(max_chars=MAX_CHARS, template_variables=client_template_variables(tokenizer))
+    return RequestTranslator(facts, PromptReader(facts, limits, pool))
+
+
+@pytest.fixture(scope="module")
+def translator(tokenizer, pool: TokenizerPool) -> RequestTranslator:
+    return make_translator(tokenizer, pool)
+
+
+def plan(translator: RequestTranslator, request: pb.GenerateRequest) -> GenerationPlan:
+    return asyncio.run(translator.plan(request, "r-1"))
+
+
+def refusal(translator: RequestTranslator, request: pb.GenerateRequest) -> ServiceError:
+    with pytest.raises(ServiceError) as caught:
+        plan(translator, request)
+    return caught.value
+
+
+def test_unset_sampling_fields_are_left_to_the_engine_but_max_tokens(translator: RequestTranslator) -> None:
+    request = plan(translator, build_request(token_ids=[1, 2, 3])).request
+    # The contract's default for max_tokens is the rest of the context (vLLM's own would be 16).
+    assert dict(request.sampling) == {"max_tokens": FACTS.max_model_len - 3}
+    assert request.top_logprobs is None and request.prompt_logprobs is None
+    assert (request.include_text, request.final_only, request.constraint, request.request_id) == (False, False, None, "r-1")
 
 
 def test_set_fields_are_passed_through(translator: RequestTranslator) -> None:
     request = build_request(
         token_ids=[1, 2, 3], temperature=0.8, top_p=0.5, top_k=7, min_p=0.25, presence_penalty=0.5, frequency_penalty=-0.5,
         repetition_penalty=1.5, seed=-3, max_tokens=9, min_tokens=2, stop=["x"], stop_token_ids=[5], ignore_eos=True, n=2,
-        skip_special_tokens=False, top_logprobs=5, prompt_logprobs=1, final_only=True,
+        skip_special_tokens=False, top_logprobs=5, prompt_logprobs=1, final_only=True, include_text=True,
     )
-    plan = translator.plan(request)
-    params = plan.sampling_params
-    assert (params.temperature, params.top_p, params.top_k, params.min_p) == (pytest.approx(0.8), 0.5, 7, 0.25)
-    assert (params.presence_penalty, params.frequency_penalty, params.repetition_penalty) == (0.5, -0.5, 1.5)
-    assert (params.seed, params.max_tokens, params.min_tokens, params.n) == (-3, 9, 2, 2)
-    assert params.stop == ["x"] and 5 in params.stop_token_ids and params.ignore_eos and not params.skip_special_tokens
-    assert (params.logprobs, params.prompt_logprobs, params.flat_logprobs) == (5, 1, True)
-    assert params.detokenize is True  # stop strings need text
-    assert params.output_kind == RequestOutputKind.FINAL_ONLY
-    assert (plan.top_logprobs, plan.prompt_logprobs) == (5, 1)
+    generation = plan(translator, request).request
+    assert generation.sampling == {
+        "temperature": pytest.approx(0.8), "top_p": 0.5, "top_k": 7, "min_p": 0.25, "presence_penalty": 0.5,
+        "frequency_penalty": -0.5, "repetition_penalty": 1.5, "seed": -3, "max_tokens": 9, "min_tokens": 2, "n": 2,
+        "ignore_eos": True, "skip_special_tokens": False,
+    }
+    assert (generation.stop, generation.stop_token_ids) == (("x",), (5,))
+    assert (generation.top_logprobs, generation.prompt_logprobs, generation.final_only, generation.include_text) == (5, 1, True, True)
+
+
+def test_prompt_logprobs_can_be_asked_for_alone(translator: RequestTranslator) -> None:
+    alone = plan(translator, build_request(token_ids=[1, 2, 3], prompt_logprobs=2)).request
+    assert (alone.top_logprobs, alone.prompt_logprobs) == (None, 2)
+    zero = plan(translator, build_request(token_ids=[1, 2, 3], top_logprobs=0)).request
+    assert (zero.top_logprobs, zero.prompt_logprobs) == (0, None)  # 0 is a value: the chosen tokens' logprobs
 
 
 def test_text_and_chat_are_tokenized_by_the_model(translator: RequestTranslator, tokenizer) -> None:
-    assert translator.plan(build_request(prompt="Hello world, this is a test")).prompt_token_ids == [9707, 1879, 11, 419, 374, 264, 1273]
-    chat = translator.plan(build_request(messages=[("user", "Hi")])).prompt_token_ids
+    assert plan(translator, build_request(prompt="Hello world, this is a test")).request.prompt_token_ids == [9707, 1879, 11, 419, 374, 264, 1273]
+    chat = plan(translator, build_request(messages=[("user", "Hi")])).request.prompt_token_ids
     assert tokenizer.decode(chat) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-    bare = translator.plan(build_request(messages=[("user", "Hi")], add_generation_prompt=False)).prompt_token_ids
+    bare = plan(translator, build_request(messages=[("user", "Hi")], add_generation_prompt=False)).request.prompt_token_ids
     assert tokenizer.decode(bare) == "<|im_start|>user\nHi<|im_end|>\n"
+    no_thinking = plan(translator, build_request(messages=[("user", "Hi")], chat_template_kwargs={"enable_thinking": False}))
+    assert tokenizer.decode(no_thinking.request.prompt_token_ids).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_only_the_templates_own_variables_are_open_to_clients(tokenizer, translator: RequestTranslator) -> None:
+    # The embedded ChatML template declares messages, add_generation_prompt and enable_thinking.
+    assert client_template_variables(tokenizer) == {"enable_thinking"}
+    for key in ("chat_template", "return_dict", "tokenize", "return_tensors", "eos_token", "unknown"):
+        error = refusal(translator, build_request(messages=[("user", "x")], chat_template_kwargs={key: "{{ 7 * 7 }}"}))
+        assert (error.field, error.reason_name) == (f"chat.template_kwargs.{key}", "INVALID_FIELD"), key
+        assert "enable_thinking" in error.message
+
+
+def test_integral_template_numbers_arrive_as_integers() -> None:
+    value = {"n": 3.0, "x": 2.5, "flags": [1.0, True, "a"], "nested": {"m": -4.0}}
+    assert integral_numbers_as_ints(value) == {"n": 3, "x": 2.5, "flags": [1, True, "a"], "nested": {"m": -4}}
+    assert isinstance(integral_numbers_as_ints(3.0), int) and integral_numbers_as_ints(True) is True
+
+
+def test_prompts_over_the_character_bound_fail_before_tokenization(translator: RequestTranslator) -> None:
+    error = refusal(translator, build_request(prompt="a" * (MAX_CHARS + 1)))
+    assert (error.field, error.reason_name) == ("text", "PROMPT_TOO_LONG") and str(MAX_CHARS) in error.message
+    error = refusal(translator, build_request(messages=[("system", "a" * 300), ("user", "b" * 101)]))
+    assert (error.field, error.reason_name) == ("chat.messages", "PROMPT_TOO_LONG")
+    # Right at the bound, the prompt is tokenized (and then found too long for this 64-token context).
+    error = refusal(translator, build_request(prompt="word " * (MAX_CHARS // 5)))
+    assert (error.field, error.reason_name) == ("text", "CONTEXT_LENGTH_EXCEEDED")
 
 
 def test_the_constraint_field_is_remembered_for_engine_rejections(translator: RequestTranslator) -> None:
-    assert translator.plan(build_request(token_ids=[1], regex="a+")).constraint_field == "structured_output.regex"
-    assert translator.plan(build_request(token_ids=[1])).constraint_field is None
+    constrained = plan(translator, build_request(token_ids=[1], regex="a+"))
+    assert constrained.constraint_field == "structured_output.regex" and constrained.request.constraint.value == "a+"
+    assert plan(translator, build_request(token_ids=[1])).constraint_field is None
 
 
 @pytest.mark.parametrize(
@@ -73,13 +133,10 @@ def test_the_constraint_field_is_remembered_for_engine_rejections(translator: Re
     ],
 )
 def test_limits_of_the_model_are_enforced(translator: RequestTranslator, request_kwargs: dict, field: str) -> None:
-    with pytest.raises(ServiceError) as caught:
-        translator.plan(build_request(**request_kwargs))
-    assert caught.value.field == field
+    assert refusal(translator, build_request(**request_kwargs)).field == field
 
 
-def test_a_model_without_chat_template_refuses_chat(tokenizer) -> None:
-    no_template = RequestTranslator(ModelFacts(**{**FACTS.__dict__, "has_chat_template": False}), tokenizer)
-    with pytest.raises(ServiceError) as caught:
-        no_template.plan(build_request(messages=[("user", "x")]))
-    assert caught.value.field == "chat" and "no chat template" in caught.value.message
+def test_a_model_without_chat_template_refuses_chat(tokenizer, pool: TokenizerPool) -> None:
+    no_template = make_translator(tokenizer, pool, ModelFacts(**{**FACTS.__dict__, "has_chat_template": False}))
+    error = refusal(no_template, build_request(messages=[("user", "x")]))
+    assert error.field == "chat" and "no chat template" in error.message

@@ -31,10 +31,14 @@ def test_the_engine_factory_refuses_before_starting_anything(monkeypatch: pytest
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     from engine_ext import engine_factory
+    from engine_ext.engine_args import EngineSettings
+    from engine_ext.engine_calls import EngineCalls
 
+    # The arguments are built first: building them runs the plugin, which checks the version too.
+    settings = EngineSettings(AsyncEngineArgs(model="/nonexistent"))
     monkeypatch.setattr(vllm, "__version__", "0.16.0")
-    with pytest.raises(UnsupportedVllmVersion):
-        engine_factory.create_engine(AsyncEngineArgs(model="/nonexistent"))
+    with pytest.raises(UnsupportedVllmVersion, match="0.16.0"):
+        engine_factory.create_engine(settings, EngineCalls(1.0, 5.0))
 
 
 def test_the_v2_model_runner_is_refused() -> None:

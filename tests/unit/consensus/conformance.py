@@ -1,4 +1,4 @@
-"""The conformance vectors of ../shared/conformance (beside the repository root)."""
+"""The conformance vectors: the in-repo copy of ../shared/conformance (tests/data/conformance)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
-CONFORMANCE_DIR = REPO_ROOT.parent / "shared" / "conformance"
+# In the repository, so that a clone without ../shared runs the suite; test_conformance_copy.py
+# checks it against ../shared/conformance when that is present.
+CONFORMANCE_DIR = REPO_ROOT / "tests" / "data" / "conformance"
 
 
 def load_conformance(name: str) -> dict[str, Any]:

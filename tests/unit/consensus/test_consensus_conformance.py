@@ -1,4 +1,4 @@
-"""Every stage equals ../shared/conformance: integers exactly, floats to 1e-6 relative, fraud-test
+"""Every stage equals the conformance vectors (tests/data/conformance, a copy of ../shared/conformance): integers exactly, floats to 1e-6 relative, fraud-test
 p-values to 1e-9 relative, distances to 1e-12."""
 
 from __future__ import annotations

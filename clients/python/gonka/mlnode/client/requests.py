@@ -72,10 +72,11 @@ def build_request(
             kwargs = Struct()
             kwargs.update(chat_template_kwargs)
             chat.template_kwargs.CopyFrom(kwargs)
-    if top_logprobs is not None or prompt_logprobs is not None:
-        request.logprobs.top_logprobs = top_logprobs or 0
-        if prompt_logprobs is not None:
-            request.logprobs.prompt_logprobs = prompt_logprobs
+    # Presence matters: top_logprobs=0 asks for the chosen tokens' logprobs, None for none of them.
+    if top_logprobs is not None:
+        request.logprobs.top_logprobs = top_logprobs
+    if prompt_logprobs is not None:
+        request.logprobs.prompt_logprobs = prompt_logprobs
     constraints = {
         "json_schema": json_schema,
         "regex": regex,

@@ -33,7 +33,7 @@ class Output:
     token_ids: list[int] = field(default_factory=list)
     text: str = ""
     logprobs: TokenLogprobs = field(default_factory=TokenLogprobs)
-    finish_reason: str | None = None  # "stop", "length" or "abort"
+    finish_reason: str | None = None  # "stop", "length", "abort" or "error"
     stop_reason: str | int | None = None
     usage: pb.Usage | None = None
     messages: int = 0

@@ -16,6 +16,10 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     SHUTTING_DOWN: _ClassVar[ErrorReason]
     ENGINE_DEAD: _ClassVar[ErrorReason]
     INTERNAL_ERROR: _ClassVar[ErrorReason]
+    PROMPT_TOO_LONG: _ClassVar[ErrorReason]
+    MALFORMED_REQUEST: _ClassVar[ErrorReason]
+    ENGINE_CALL_TIMEOUT: _ClassVar[ErrorReason]
+    ENGINE_PAUSED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_FIELD: ErrorReason
 TOKEN_OUT_OF_VOCABULARY: ErrorReason
@@ -26,3 +30,7 @@ REQUEST_NOT_FOUND: ErrorReason
 SHUTTING_DOWN: ErrorReason
 ENGINE_DEAD: ErrorReason
 INTERNAL_ERROR: ErrorReason
+PROMPT_TOO_LONG: ErrorReason
+MALFORMED_REQUEST: ErrorReason
+ENGINE_CALL_TIMEOUT: ErrorReason
+ENGINE_PAUSED: ErrorReason

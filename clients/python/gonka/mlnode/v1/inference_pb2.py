@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fgonka/mlnode/v1/inference.proto\x12\x0fgonka.mlnode.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xf0\x02\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\ttoken_ids\x18\x02 \x01(\x0b\x32\x19.gonka.mlnode.v1.TokenIdsH\x00\x12\x0e\n\x04text\x18\x03 \x01(\tH\x00\x12*\n\x04\x63hat\x18\x04 \x01(\x0b\x32\x1a.gonka.mlnode.v1.ChatInputH\x00\x12\x32\n\x08sampling\x18\x05 \x01(\x0b\x32 .gonka.mlnode.v1.SamplingOptions\x12\x32\n\x08logprobs\x18\x06 \x01(\x0b\x32 .gonka.mlnode.v1.LogprobsOptions\x12<\n\x11structured_output\x18\x07 \x01(\x0b\x32!.gonka.mlnode.v1.StructuredOutput\x12.\n\x06stream\x18\x08 \x01(\x0b\x32\x1e.gonka.mlnode.v1.StreamOptionsB\x07\n\x05input\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"G\n\x0b\x43hatMessage\x12\'\n\x04role\x18\x01 \x01(\x0e\x32\x19.gonka.mlnode.v1.ChatRole\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\xab\x01\n\tChatInput\x12.\n\x08messages\x18\x01 \x03(\x0b\x32\x1c.gonka.mlnode.v1.ChatMessage\x12\"\n\x15\x61\x64\x64_generation_prompt\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x30\n\x0ftemplate_kwargs\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructB\x18\n\x16_add_generation_prompt\"\x89\x05\n\x0fSamplingOptions\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_k\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x12\n\x05min_p\x18\x04 \x01(\x02H\x03\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\x05 \x01(\x02H\x04\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x06 \x01(\x02H\x05\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x07 \x01(\x02H\x06\x88\x01\x01\x12\x11\n\x04seed\x18\x08 \x01(\x03H\x07\x88\x01\x01\x12\x17\n\nmax_tokens\x18\t \x01(\x05H\x08\x88\x01\x01\x12\x17\n\nmin_tokens\x18\n \x01(\x05H\t\x88\x01\x01\x12\x0c\n\x04stop\x18\x0b \x03(\t\x12\x16\n\x0estop_token_ids\x18\x0c \x03(\r\x12\x17\n\nignore_eos\x18\r \x01(\x08H\n\x88\x01\x01\x12\x0e\n\x01n\x18\x0e \x01(\x05H\x0b\x88\x01\x01\x12 \n\x13skip_special_tokens\x18\x0f \x01(\x08H\x0c\x88\x01\x01\x12\'\n\x1ainclude_stop_str_in_output\x18\x10 \x01(\x08H\r\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penaltyB\x07\n\x05_seedB\r\n\x0b_max_tokensB\r\n\x0b_min_tokensB\r\n\x0b_ignore_eosB\x04\n\x02_nB\x16\n\x14_skip_special_tokensB\x1d\n\x1b_include_stop_str_in_output\"Y\n\x0fLogprobsOptions\x12\x14\n\x0ctop_logprobs\x18\x01 \x01(\r\x12\x1c\n\x0fprompt_logprobs\x18\x02 \x01(\rH\x00\x88\x01\x01\x42\x12\n\x10_prompt_logprobs\"\xa1\x01\n\x10StructuredOutput\x12\x15\n\x0bjson_schema\x18\x01 \x01(\tH\x00\x12\x0f\n\x05regex\x18\x02 \x01(\tH\x00\x12\x11\n\x07grammar\x18\x03 \x01(\tH\x00\x12-\n\x06\x63hoice\x18\x04 \x01(\x0b\x32\x1b.gonka.mlnode.v1.ChoiceListH\x00\x12\x15\n\x0bjson_object\x18\x05 \x01(\x08H\x00\x42\x0c\n\nconstraint\"\x1d\n\nChoiceList\x12\x0f\n\x07\x63hoices\x18\x01 \x03(\t\"n\n\rStreamOptions\x12\x1e\n\x16max_tokens_per_message\x18\x01 \x01(\r\x12\x14\n\x0cinclude_text\x18\x02 \x01(\x08\x12\x12\n\nfinal_only\x18\x03 \x01(\x08\x12\x13\n\x0b\x63oalesce_ms\x18\x04 \x01(\r\"\xda\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x14\n\x0coutput_index\x18\x02 \x01(\r\x12+\n\x06tokens\x18\x03 \x01(\x0b\x32\x1b.gonka.mlnode.v1.TokenBatch\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x38\n\x0fprompt_logprobs\x18\x05 \x01(\x0b\x32\x1f.gonka.mlnode.v1.PromptLogprobs\x12\'\n\x06\x66inish\x18\x06 \x01(\x0b\x32\x17.gonka.mlnode.v1.Finish\"p\n\nTokenBatch\x12\x0b\n\x03ids\x18\x01 \x03(\r\x12\x10\n\x08logprobs\x18\x02 \x03(\x02\x12\r\n\x05ranks\x18\x03 \x03(\r\x12\r\n\x05top_k\x18\x04 \x01(\r\x12\x0f\n\x07top_ids\x18\x05 \x03(\r\x12\x14\n\x0ctop_logprobs\x18\x06 \x03(\x02\"=\n\x0ePromptLogprobs\x12+\n\x06tokens\x18\x01 \x01(\x0b\x32\x1b.gonka.mlnode.v1.TokenBatch\"\x9d\x01\n\x06\x46inish\x12-\n\x06reason\x18\x01 \x01(\x0e\x32\x1d.gonka.mlnode.v1.FinishReason\x12\x15\n\x0bstop_string\x18\x02 \x01(\tH\x00\x12\x17\n\rstop_token_id\x18\x03 \x01(\rH\x00\x12%\n\x05usage\x18\x04 \x01(\x0b\x32\x16.gonka.mlnode.v1.UsageB\r\n\x0bstop_reason\"P\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x0f\n\rAbortResponse\"\x15\n\x13GetModelInfoRequest\"\xb5\x02\n\x14GetModelInfoResponse\x12\x19\n\x11served_model_name\x18\x01 \x01(\t\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x1a\n\x12max_context_length\x18\x03 \x01(\r\x12\x12\n\nvocab_size\x18\x04 \x01(\r\x12\x14\n\x0c\x65os_token_id\x18\x05 \x01(\r\x12\x19\n\x0c\x62os_token_id\x18\x06 \x01(\rH\x00\x88\x01\x01\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\x14\n\x0cmax_logprobs\x18\x08 \x01(\r\x12\x1c\n\x14tensor_parallel_size\x18\t \x01(\r\x12\x19\n\x11has_chat_template\x18\n \x01(\x08\x12\x1e\n\x16tokenizer_max_token_id\x18\x0b \x01(\rB\x0f\n\r_bos_token_id\":\n\x16GetServerStatusRequest\x12 \n\x18include_engine_processes\x18\x01 \x01(\x08\"\xfc\x01\n\x17GetServerStatusResponse\x12\x18\n\x10running_requests\x18\x01 \x01(\r\x12\x18\n\x10waiting_requests\x18\x02 \x01(\r\x12\x16\n\x0ekv_cache_usage\x18\x03 \x01(\x01\x12\x16\n\x0e\x61\x63tive_streams\x18\x04 \x01(\r\x12\x16\n\x0euptime_seconds\x18\x05 \x01(\x01\x12+\n\x08versions\x18\x06 \x01(\x0b\x32\x19.gonka.mlnode.v1.Versions\x12\x38\n\x10\x65ngine_processes\x18\x07 \x03(\x0b\x32\x1e.gonka.mlnode.v1.EngineProcess\"\xb9\x01\n\rEngineProcess\x12\x31\n\x04role\x18\x01 \x01(\x0e\x32#.gonka.mlnode.v1.EngineProcess.Role\x12\x0b\n\x03pid\x18\x02 \x01(\r\x12\x14\n\x0cvllm_version\x18\x03 \x01(\t\x12\r\n\x05seams\x18\x04 \x03(\t\"C\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x14\n\x10ROLE_ENGINE_CORE\x10\x01\x12\x0f\n\x0bROLE_WORKER\x10\x02\"U\n\x08Versions\x12\x0e\n\x06server\x18\x01 \x01(\t\x12\x0c\n\x04vllm\x18\x02 \x01(\t\x12\r\n\x05torch\x18\x03 \x01(\t\x12\x0e\n\x06python\x18\x04 \x01(\t\x12\x0c\n\x04grpc\x18\x05 \x01(\t*|\n\x08\x43hatRole\x12\x19\n\x15\x43HAT_ROLE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x43HAT_ROLE_SYSTEM\x10\x01\x12\x12\n\x0e\x43HAT_ROLE_USER\x10\x02\x12\x17\n\x13\x43HAT_ROLE_ASSISTANT\x10\x03\x12\x12\n\x0e\x43HAT_ROLE_TOOL\x10\x04*x\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x32\xf0\x02\n\x10InferenceService\x12Q\n\x08Generate\x12 .gonka.mlnode.v1.GenerateRequest\x1a!.gonka.mlnode.v1.GenerateResponse0\x01\x12\x46\n\x05\x41\x62ort\x12\x1d.gonka.mlnode.v1.AbortRequest\x1a\x1e.gonka.mlnode.v1.AbortResponse\x12[\n\x0cGetModelInfo\x12$.gonka.mlnode.v1.GetModelInfoRequest\x1a%.gonka.mlnode.v1.GetModelInfoResponse\x12\x64\n\x0fGetServerStatus\x12\'.gonka.mlnode.v1.GetServerStatusRequest\x1a(.gonka.mlnode.v1.GetServerStatusResponseBEZCgithub.com/gonka-ai/mlnode-grpc/clients/go/gonka/mlnode/v1;mlnodev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1fgonka/mlnode/v1/inference.proto\x12\x0fgonka.mlnode.v1\x1a\x1cgoogle/protobuf/struct.proto\"\xf0\x02\n\x0fGenerateRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\ttoken_ids\x18\x02 \x01(\x0b\x32\x19.gonka.mlnode.v1.TokenIdsH\x00\x12\x0e\n\x04text\x18\x03 \x01(\tH\x00\x12*\n\x04\x63hat\x18\x04 \x01(\x0b\x32\x1a.gonka.mlnode.v1.ChatInputH\x00\x12\x32\n\x08sampling\x18\x05 \x01(\x0b\x32 .gonka.mlnode.v1.SamplingOptions\x12\x32\n\x08logprobs\x18\x06 \x01(\x0b\x32 .gonka.mlnode.v1.LogprobsOptions\x12<\n\x11structured_output\x18\x07 \x01(\x0b\x32!.gonka.mlnode.v1.StructuredOutput\x12.\n\x06stream\x18\x08 \x01(\x0b\x32\x1e.gonka.mlnode.v1.StreamOptionsB\x07\n\x05input\"\x17\n\x08TokenIds\x12\x0b\n\x03ids\x18\x01 \x03(\r\"G\n\x0b\x43hatMessage\x12\'\n\x04role\x18\x01 \x01(\x0e\x32\x19.gonka.mlnode.v1.ChatRole\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\"\xab\x01\n\tChatInput\x12.\n\x08messages\x18\x01 \x03(\x0b\x32\x1c.gonka.mlnode.v1.ChatMessage\x12\"\n\x15\x61\x64\x64_generation_prompt\x18\x02 \x01(\x08H\x00\x88\x01\x01\x12\x30\n\x0ftemplate_kwargs\x18\x03 \x01(\x0b\x32\x17.google.protobuf.StructB\x18\n\x16_add_generation_prompt\"\x89\x05\n\x0fSamplingOptions\x12\x18\n\x0btemperature\x18\x01 \x01(\x02H\x00\x88\x01\x01\x12\x12\n\x05top_p\x18\x02 \x01(\x02H\x01\x88\x01\x01\x12\x12\n\x05top_k\x18\x03 \x01(\x05H\x02\x88\x01\x01\x12\x12\n\x05min_p\x18\x04 \x01(\x02H\x03\x88\x01\x01\x12\x1d\n\x10presence_penalty\x18\x05 \x01(\x02H\x04\x88\x01\x01\x12\x1e\n\x11\x66requency_penalty\x18\x06 \x01(\x02H\x05\x88\x01\x01\x12\x1f\n\x12repetition_penalty\x18\x07 \x01(\x02H\x06\x88\x01\x01\x12\x11\n\x04seed\x18\x08 \x01(\x03H\x07\x88\x01\x01\x12\x17\n\nmax_tokens\x18\t \x01(\x05H\x08\x88\x01\x01\x12\x17\n\nmin_tokens\x18\n \x01(\x05H\t\x88\x01\x01\x12\x0c\n\x04stop\x18\x0b \x03(\t\x12\x16\n\x0estop_token_ids\x18\x0c \x03(\r\x12\x17\n\nignore_eos\x18\r \x01(\x08H\n\x88\x01\x01\x12\x0e\n\x01n\x18\x0e \x01(\x05H\x0b\x88\x01\x01\x12 \n\x13skip_special_tokens\x18\x0f \x01(\x08H\x0c\x88\x01\x01\x12\'\n\x1ainclude_stop_str_in_output\x18\x10 \x01(\x08H\r\x88\x01\x01\x42\x0e\n\x0c_temperatureB\x08\n\x06_top_pB\x08\n\x06_top_kB\x08\n\x06_min_pB\x13\n\x11_presence_penaltyB\x14\n\x12_frequency_penaltyB\x15\n\x13_repetition_penaltyB\x07\n\x05_seedB\r\n\x0b_max_tokensB\r\n\x0b_min_tokensB\r\n\x0b_ignore_eosB\x04\n\x02_nB\x16\n\x14_skip_special_tokensB\x1d\n\x1b_include_stop_str_in_output\"o\n\x0fLogprobsOptions\x12\x19\n\x0ctop_logprobs\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x1c\n\x0fprompt_logprobs\x18\x02 \x01(\rH\x01\x88\x01\x01\x42\x0f\n\r_top_logprobsB\x12\n\x10_prompt_logprobs\"\xa1\x01\n\x10StructuredOutput\x12\x15\n\x0bjson_schema\x18\x01 \x01(\tH\x00\x12\x0f\n\x05regex\x18\x02 \x01(\tH\x00\x12\x11\n\x07grammar\x18\x03 \x01(\tH\x00\x12-\n\x06\x63hoice\x18\x04 \x01(\x0b\x32\x1b.gonka.mlnode.v1.ChoiceListH\x00\x12\x15\n\x0bjson_object\x18\x05 \x01(\x08H\x00\x42\x0c\n\nconstraint\"\x1d\n\nChoiceList\x12\x0f\n\x07\x63hoices\x18\x01 \x03(\t\"n\n\rStreamOptions\x12\x1e\n\x16max_tokens_per_message\x18\x01 \x01(\r\x12\x14\n\x0cinclude_text\x18\x02 \x01(\x08\x12\x12\n\nfinal_only\x18\x03 \x01(\x08\x12\x13\n\x0b\x63oalesce_ms\x18\x04 \x01(\r\"\xda\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\x14\n\x0coutput_index\x18\x02 \x01(\r\x12+\n\x06tokens\x18\x03 \x01(\x0b\x32\x1b.gonka.mlnode.v1.TokenBatch\x12\x0c\n\x04text\x18\x04 \x01(\t\x12\x38\n\x0fprompt_logprobs\x18\x05 \x01(\x0b\x32\x1f.gonka.mlnode.v1.PromptLogprobs\x12\'\n\x06\x66inish\x18\x06 \x01(\x0b\x32\x17.gonka.mlnode.v1.Finish\"p\n\nTokenBatch\x12\x0b\n\x03ids\x18\x01 \x03(\r\x12\x10\n\x08logprobs\x18\x02 \x03(\x02\x12\r\n\x05ranks\x18\x03 \x03(\r\x12\r\n\x05top_k\x18\x04 \x01(\r\x12\x0f\n\x07top_ids\x18\x05 \x03(\r\x12\x14\n\x0ctop_logprobs\x18\x06 \x03(\x02\"=\n\x0ePromptLogprobs\x12+\n\x06tokens\x18\x01 \x01(\x0b\x32\x1b.gonka.mlnode.v1.TokenBatch\"\x9d\x01\n\x06\x46inish\x12-\n\x06reason\x18\x01 \x01(\x0e\x32\x1d.gonka.mlnode.v1.FinishReason\x12\x15\n\x0bstop_string\x18\x02 \x01(\tH\x00\x12\x17\n\rstop_token_id\x18\x03 \x01(\rH\x00\x12%\n\x05usage\x18\x04 \x01(\x0b\x32\x16.gonka.mlnode.v1.UsageB\r\n\x0bstop_reason\"P\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\"\x0f\n\rAbortResponse\"\x15\n\x13GetModelInfoRequest\"\x86\x03\n\x14GetModelInfoResponse\x12\x19\n\x11served_model_name\x18\x01 \x01(\t\x12\x12\n\nmodel_path\x18\x02 \x01(\t\x12\x1a\n\x12max_context_length\x18\x03 \x01(\r\x12\x12\n\nvocab_size\x18\x04 \x01(\r\x12\x14\n\x0c\x65os_token_id\x18\x05 \x01(\r\x12\x19\n\x0c\x62os_token_id\x18\x06 \x01(\rH\x00\x88\x01\x01\x12\r\n\x05\x64type\x18\x07 \x01(\t\x12\x14\n\x0cmax_logprobs\x18\x08 \x01(\r\x12\x1c\n\x14tensor_parallel_size\x18\t \x01(\r\x12\x19\n\x11has_chat_template\x18\n \x01(\x08\x12\x1e\n\x16tokenizer_max_token_id\x18\x0b \x01(\r\x12\x18\n\x10max_prompt_chars\x18\x0c \x01(\x04\x12\x19\n\x11max_request_bytes\x18\r \x01(\x04\x12\x1a\n\x12template_variables\x18\x0e \x03(\tB\x0f\n\r_bos_token_id\":\n\x16GetServerStatusRequest\x12 \n\x18include_engine_processes\x18\x01 \x01(\x08\"\xe0\x02\n\x17GetServerStatusResponse\x12\x1d\n\x10running_requests\x18\x01 \x01(\rH\x00\x88\x01\x01\x12\x1d\n\x10waiting_requests\x18\x02 \x01(\rH\x01\x88\x01\x01\x12\x1b\n\x0ekv_cache_usage\x18\x03 \x01(\x01H\x02\x88\x01\x01\x12\x16\n\x0e\x61\x63tive_streams\x18\x04 \x01(\r\x12\x16\n\x0euptime_seconds\x18\x05 \x01(\x01\x12+\n\x08versions\x18\x06 \x01(\x0b\x32\x19.gonka.mlnode.v1.Versions\x12\x38\n\x10\x65ngine_processes\x18\x07 \x03(\x0b\x32\x1e.gonka.mlnode.v1.EngineProcess\x12\x16\n\x0e\x65ngine_problem\x18\x08 \x01(\tB\x13\n\x11_running_requestsB\x13\n\x11_waiting_requestsB\x11\n\x0f_kv_cache_usage\"\xb9\x01\n\rEngineProcess\x12\x31\n\x04role\x18\x01 \x01(\x0e\x32#.gonka.mlnode.v1.EngineProcess.Role\x12\x0b\n\x03pid\x18\x02 \x01(\r\x12\x14\n\x0cvllm_version\x18\x03 \x01(\t\x12\r\n\x05seams\x18\x04 \x03(\t\"C\n\x04Role\x12\x14\n\x10ROLE_UNSPECIFIED\x10\x00\x12\x14\n\x10ROLE_ENGINE_CORE\x10\x01\x12\x0f\n\x0bROLE_WORKER\x10\x02\"U\n\x08Versions\x12\x0e\n\x06server\x18\x01 \x01(\t\x12\x0c\n\x04vllm\x18\x02 \x01(\t\x12\r\n\x05torch\x18\x03 \x01(\t\x12\x0e\n\x06python\x18\x04 \x01(\t\x12\x0c\n\x04grpc\x18\x05 \x01(\t*|\n\x08\x43hatRole\x12\x19\n\x15\x43HAT_ROLE_UNSPECIFIED\x10\x00\x12\x14\n\x10\x43HAT_ROLE_SYSTEM\x10\x01\x12\x12\n\x0e\x43HAT_ROLE_USER\x10\x02\x12\x17\n\x13\x43HAT_ROLE_ASSISTANT\x10\x03\x12\x12\n\x0e\x43HAT_ROLE_TOOL\x10\x04*\x91\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x02\x12\x17\n\x13\x46INISH_REASON_ABORT\x10\x03\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x04\x32\xf0\x02\n\x10InferenceService\x12Q\n\x08Generate\x12 .gonka.mlnode.v1.GenerateRequest\x1a!.gonka.mlnode.v1.GenerateResponse0\x01\x12\x46\n\x05\x41\x62ort\x12\x1d.gonka.mlnode.v1.AbortRequest\x1a\x1e.gonka.mlnode.v1.AbortResponse\x12[\n\x0cGetModelInfo\x12$.gonka.mlnode.v1.GetModelInfoRequest\x1a%.gonka.mlnode.v1.GetModelInfoResponse\x12\x64\n\x0fGetServerStatus\x12\'.gonka.mlnode.v1.GetServerStatusRequest\x1a(.gonka.mlnode.v1.GetServerStatusResponseBEZCgithub.com/gonka-ai/mlnode-grpc/clients/go/gonka/mlnode/v1;mlnodev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,10 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gonka.mlnode.v1.inference_p
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZCgithub.com/gonka-ai/mlnode-grpc/clients/go/gonka/mlnode/v1;mlnodev1'
-  _globals['_CHATROLE']._serialized_start=3393
-  _globals['_CHATROLE']._serialized_end=3517
-  _globals['_FINISHREASON']._serialized_start=3519
-  _globals['_FINISHREASON']._serialized_end=3639
+  _globals['_CHATROLE']._serialized_start=3596
+  _globals['_CHATROLE']._serialized_end=3720
+  _globals['_FINISHREASON']._serialized_start=3723
+  _globals['_FINISHREASON']._serialized_end=3868
   _globals['_GENERATEREQUEST']._serialized_start=83
   _globals['_GENERATEREQUEST']._serialized_end=451
   _globals['_TOKENIDS']._serialized_start=453
@@ -48,41 +48,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SAMPLINGOPTIONS']._serialized_start=726
   _globals['_SAMPLINGOPTIONS']._serialized_end=1375
   _globals['_LOGPROBSOPTIONS']._serialized_start=1377
-  _globals['_LOGPROBSOPTIONS']._serialized_end=1466
-  _globals['_STRUCTUREDOUTPUT']._serialized_start=1469
-  _globals['_STRUCTUREDOUTPUT']._serialized_end=1630
-  _globals['_CHOICELIST']._serialized_start=1632
-  _globals['_CHOICELIST']._serialized_end=1661
-  _globals['_STREAMOPTIONS']._serialized_start=1663
-  _globals['_STREAMOPTIONS']._serialized_end=1773
-  _globals['_GENERATERESPONSE']._serialized_start=1776
-  _globals['_GENERATERESPONSE']._serialized_end=1994
-  _globals['_TOKENBATCH']._serialized_start=1996
-  _globals['_TOKENBATCH']._serialized_end=2108
-  _globals['_PROMPTLOGPROBS']._serialized_start=2110
-  _globals['_PROMPTLOGPROBS']._serialized_end=2171
-  _globals['_FINISH']._serialized_start=2174
-  _globals['_FINISH']._serialized_end=2331
-  _globals['_USAGE']._serialized_start=2333
-  _globals['_USAGE']._serialized_end=2413
-  _globals['_ABORTREQUEST']._serialized_start=2415
-  _globals['_ABORTREQUEST']._serialized_end=2449
-  _globals['_ABORTRESPONSE']._serialized_start=2451
-  _globals['_ABORTRESPONSE']._serialized_end=2466
-  _globals['_GETMODELINFOREQUEST']._serialized_start=2468
-  _globals['_GETMODELINFOREQUEST']._serialized_end=2489
-  _globals['_GETMODELINFORESPONSE']._serialized_start=2492
-  _globals['_GETMODELINFORESPONSE']._serialized_end=2801
-  _globals['_GETSERVERSTATUSREQUEST']._serialized_start=2803
-  _globals['_GETSERVERSTATUSREQUEST']._serialized_end=2861
-  _globals['_GETSERVERSTATUSRESPONSE']._serialized_start=2864
-  _globals['_GETSERVERSTATUSRESPONSE']._serialized_end=3116
-  _globals['_ENGINEPROCESS']._serialized_start=3119
-  _globals['_ENGINEPROCESS']._serialized_end=3304
-  _globals['_ENGINEPROCESS_ROLE']._serialized_start=3237
-  _globals['_ENGINEPROCESS_ROLE']._serialized_end=3304
-  _globals['_VERSIONS']._serialized_start=3306
-  _globals['_VERSIONS']._serialized_end=3391
-  _globals['_INFERENCESERVICE']._serialized_start=3642
-  _globals['_INFERENCESERVICE']._serialized_end=4010
+  _globals['_LOGPROBSOPTIONS']._serialized_end=1488
+  _globals['_STRUCTUREDOUTPUT']._serialized_start=1491
+  _globals['_STRUCTUREDOUTPUT']._serialized_end=1652
+  _globals['_CHOICELIST']._serialized_start=1654
+  _globals['_CHOICELIST']._serialized_end=1683
+  _globals['_STREAMOPTIONS']._serialized_start=1685
+  _globals['_STREAMOPTIONS']._serialized_end=1795
+  _globals['_GENERATERESPONSE']._serialized_start=1798
+  _globals['_GENERATERESPONSE']._serialized_end=2016
+  _globals['_TOKENBATCH']._serialized_start=2018
+  _globals['_TOKENBATCH']._serialized_end=2130
+  _globals['_PROMPTLOGPROBS']._serialized_start=2132
+  _globals['_PROMPTLOGPROBS']._serialized_end=2193
+  _globals['_FINISH']._serialized_start=2196
+  _globals['_FINISH']._serialized_end=2353
+  _globals['_USAGE']._serialized_start=2355
+  _globals['_USAGE']._serialized_end=2435
+  _globals['_ABORTREQUEST']._serialized_start=2437
+  _globals['_ABORTREQUEST']._serialized_end=2471
+  _globals['_ABORTRESPONSE']._serialized_start=2473
+  _globals['_ABORTRESPONSE']._serialized_end=2488
+  _globals['_GETMODELINFOREQUEST']._serialized_start=2490
+  _globals['_GETMODELINFOREQUEST']._serialized_end=2511
+  _globals['_GETMODELINFORESPONSE']._serialized_start=2514
+  _globals['_GETMODELINFORESPONSE']._serialized_end=2904
+  _globals['_GETSERVERSTATUSREQUEST']._serialized_start=2906
+  _globals['_GETSERVERSTATUSREQUEST']._serialized_end=2964
+  _globals['_GETSERVERSTATUSRESPONSE']._serialized_start=2967
+  _globals['_GETSERVERSTATUSRESPONSE']._serialized_end=3319
+  _globals['_ENGINEPROCESS']._serialized_start=3322
+  _globals['_ENGINEPROCESS']._serialized_end=3507
+  _globals['_ENGINEPROCESS_ROLE']._serialized_start=3440
+  _globals['_ENGINEPROCESS_ROLE']._serialized_end=3507
+  _globals['_VERSIONS']._serialized_start=3509
+  _globals['_VERSIONS']._serialized_end=3594
+  _globals['_INFERENCESERVICE']._serialized_start=3871
+  _globals['_INFERENCESERVICE']._serialized_end=4239
 # @@protoc_insertion_point(module_scope)

@@ -22,6 +22,7 @@ class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     FINISH_REASON_STOP: _ClassVar[FinishReason]
     FINISH_REASON_LENGTH: _ClassVar[FinishReason]
     FINISH_REASON_ABORT: _ClassVar[FinishReason]
+    FINISH_REASON_ERROR: _ClassVar[FinishReason]
 CHAT_ROLE_UNSPECIFIED: ChatRole
 CHAT_ROLE_SYSTEM: ChatRole
 CHAT_ROLE_USER: ChatRole
@@ -31,6 +32,7 @@ FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
 FINISH_REASON_ABORT: FinishReason
+FINISH_REASON_ERROR: FinishReason
 
 class GenerateRequest(_message.Message):
     __slots__ = ("request_id", "token_ids", "text", "chat", "sampling", "logprobs", "structured_output", "stream")
@@ -227,7 +229,7 @@ class GetModelInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetModelInfoResponse(_message.Message):
-    __slots__ = ("served_model_name", "model_path", "max_context_length", "vocab_size", "eos_token_id", "bos_token_id", "dtype", "max_logprobs", "tensor_parallel_size", "has_chat_template", "tokenizer_max_token_id")
+    __slots__ = ("served_model_name", "model_path", "max_context_length", "vocab_size", "eos_token_id", "bos_token_id", "dtype", "max_logprobs", "tensor_parallel_size", "has_chat_template", "tokenizer_max_token_id", "max_prompt_chars", "max_request_bytes", "template_variables")
     SERVED_MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     MODEL_PATH_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -239,6 +241,9 @@ class GetModelInfoResponse(_message.Message):
     TENSOR_PARALLEL_SIZE_FIELD_NUMBER: _ClassVar[int]
     HAS_CHAT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
     TOKENIZER_MAX_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    MAX_PROMPT_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUEST_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_VARIABLES_FIELD_NUMBER: _ClassVar[int]
     served_model_name: str
     model_path: str
     max_context_length: int
@@ -250,7 +255,10 @@ class GetModelInfoResponse(_message.Message):
     tensor_parallel_size: int
     has_chat_template: bool
     tokenizer_max_token_id: int
-    def __init__(self, served_model_name: _Optional[str] = ..., model_path: _Optional[str] = ..., max_context_length: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_id: _Optional[int] = ..., bos_token_id: _Optional[int] = ..., dtype: _Optional[str] = ..., max_logprobs: _Optional[int] = ..., tensor_parallel_size: _Optional[int] = ..., has_chat_template: _Optional[bool] = ..., tokenizer_max_token_id: _Optional[int] = ...) -> None: ...
+    max_prompt_chars: int
+    max_request_bytes: int
+    template_variables: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, served_model_name: _Optional[str] = ..., model_path: _Optional[str] = ..., max_context_length: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_id: _Optional[int] = ..., bos_token_id: _Optional[int] = ..., dtype: _Optional[str] = ..., max_logprobs: _Optional[int] = ..., tensor_parallel_size: _Optional[int] = ..., has_chat_template: _Optional[bool] = ..., tokenizer_max_token_id: _Optional[int] = ..., max_prompt_chars: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., template_variables: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetServerStatusRequest(_message.Message):
     __slots__ = ("include_engine_processes",)
@@ -259,7 +267,7 @@ class GetServerStatusRequest(_message.Message):
     def __init__(self, include_engine_processes: _Optional[bool] = ...) -> None: ...
 
 class GetServerStatusResponse(_message.Message):
-    __slots__ = ("running_requests", "waiting_requests", "kv_cache_usage", "active_streams", "uptime_seconds", "versions", "engine_processes")
+    __slots__ = ("running_requests", "waiting_requests", "kv_cache_usage", "active_streams", "uptime_seconds", "versions", "engine_processes", "engine_problem")
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
@@ -267,6 +275,7 @@ class GetServerStatusResponse(_message.Message):
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     ENGINE_PROCESSES_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     running_requests: int
     waiting_requests: int
     kv_cache_usage: float
@@ -274,7 +283,8 @@ class GetServerStatusResponse(_message.Message):
     uptime_seconds: float
     versions: Versions
     engine_processes: _containers.RepeatedCompositeFieldContainer[EngineProcess]
-    def __init__(self, running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., active_streams: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., versions: _Optional[_Union[Versions, _Mapping]] = ..., engine_processes: _Optional[_Iterable[_Union[EngineProcess, _Mapping]]] = ...) -> None: ...
+    engine_problem: str
+    def __init__(self, running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., active_streams: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., versions: _Optional[_Union[Versions, _Mapping]] = ..., engine_processes: _Optional[_Iterable[_Union[EngineProcess, _Mapping]]] = ..., engine_problem: _Optional[str] = ...) -> None: ...
 
 class EngineProcess(_message.Message):
     __slots__ = ("role", "pid", "vllm_version", "seams")

@@ -1,12 +1,14 @@
-"""vLLM FlatLogprobs -> TokenBatch columns, for both layouts vLLM can hand over."""
+"""vLLM's RequestOutputs -> GenerationSteps: FlatLogprobs as columns, for both layouts vLLM can hand over."""
 
 from __future__ import annotations
 
 import math
 
 from vllm.logprobs import FlatLogprobs, append_logprobs_for_next_position
+from vllm.outputs import CompletionOutput, RequestOutput
 
-from server.logprob_columns import REPORTED_NEG_INF, logprob_columns
+from engine_ext.outputs import FinishReason
+from engine_ext.request_outputs import RequestOutputReader, finish_reason, logprob_columns
 
 
 def flat_positions(positions: list[tuple[int, float, int, list[tuple[int, float]]]], k: int) -> FlatLogprobs:
@@ -63,11 +65,46 @@ def test_k_zero_gives_only_the_chosen_tokens_values() -> None:
     assert (columns.logprobs, columns.ranks, columns.top_ids, columns.top_logprobs) == ([-1.25, -0.5], [17, 2], [], [])
 
 
-def test_minus_infinity_is_reported_as_minus_9999() -> None:
+def test_minus_infinity_passes_through_unchanged() -> None:
+    # Reporting it as -9999 is the wire's convention (server.response_encoding), not the engine's.
     flat = flat_positions([(4, -math.inf, 151936, [(1, -0.1), (2, -math.inf)])], k=2)
     columns = logprob_columns(flat, [4], 0, 2)
-    assert columns.logprobs == [REPORTED_NEG_INF] and columns.top_logprobs == [-0.1, REPORTED_NEG_INF]
+    assert columns.logprobs == [-math.inf] and columns.top_logprobs == [-0.1, -math.inf]
+
+
+def test_every_finish_reason_of_vllm_has_a_project_reason() -> None:
+    from vllm.v1.engine import FinishReason as VllmFinishReason
+
+    assert [finish_reason(reason) for reason in VllmFinishReason] == list(FinishReason)
+    assert finish_reason("length") is FinishReason.LENGTH  # RequestOutput carries the string form
 
 
 def test_no_positions_give_empty_columns() -> None:
     assert as_dict(logprob_columns(flat_positions(POSITIONS, k=3), [], 0, 3)) == {name: [] for name in EXPECTED}
+
+
+def request_output(token_ids, *, logprobs=None, finish=None, prompt_logprobs=None, index: int = 0) -> RequestOutput:
+    completion = CompletionOutput(index, "text", token_ids, None, logprobs, finish_reason=finish)
+    return RequestOutput("r", None, [10, 11, 12], prompt_logprobs, [completion], finish is not None, num_cached_tokens=2)
+
+
+def test_a_final_abort_without_tokens_ignores_the_history_vllm_attaches() -> None:
+    # vLLM slices delta logprobs with [-len(new_tokens):], so an abort with no new token carries
+    # every position's logprobs; none of them belongs to this step.
+    reader = RequestOutputReader(top_logprobs=3, prompt_logprobs=None, include_text=False)
+    reader.step(request_output([7, 4, 2], logprobs=flat_positions(POSITIONS, 3)))
+    last = reader.step(request_output([], logprobs=flat_positions(POSITIONS, 3), finish="abort"))
+    (delta,) = last.outputs
+    assert last.finished and delta.token_ids == [] and delta.logprobs is None and delta.text == ""
+    assert (delta.finish.reason, delta.finish.prompt_tokens, delta.finish.cached_tokens) == (FinishReason.ABORT, 3, 2)
+
+
+def test_prompt_logprobs_come_once_from_position_one() -> None:
+    prompt_flat = FlatLogprobs()
+    prompt_flat.append(None)  # vLLM leaves position 0 (the unscored first token) empty
+    prompt_flat.extend(flat_positions([(11, -2.0, 3, [(4, -0.5), (5, -1.0)]), (12, -0.1, 1, [(12, -0.1), (6, -3.0)])], k=2))
+    reader = RequestOutputReader(top_logprobs=None, prompt_logprobs=2, include_text=True)
+    first = reader.step(request_output([5], prompt_logprobs=prompt_flat))
+    assert first.prompt_logprobs.token_ids == [11, 12] and first.prompt_logprobs.logprobs.ranks == [3, 1]
+    assert first.prompt_logprobs.logprobs.top_ids == [4, 5, 12, 6] and first.outputs[0].text == "text"
+    assert reader.step(request_output([6], prompt_logprobs=prompt_flat)).prompt_logprobs is None

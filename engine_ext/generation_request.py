@@ -1,0 +1,94 @@
+"""A generation request in the project's own terms, and its translation to vLLM's SamplingParams.
+
+The server validates the client's fields and builds a GenerationRequest; only this module knows
+how vLLM spells them. vLLM's own checks still run (SamplingParams' constructor and the engine's
+input processing); what they refuse comes back as RequestRejected.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
+
+from engine_ext.errors import RequestRejected
+
+# Sampling options the server passes through by these names (the contract's SamplingOptions).
+SAMPLING_OPTION_NAMES = frozenset(
+    {
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "seed",
+        "max_tokens",
+        "min_tokens",
+        "n",
+        "ignore_eos",
+        "skip_special_tokens",
+        "include_stop_str_in_output",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """One structured-output constraint: kind is json_schema, regex, grammar, choice or json_object."""
+
+    kind: str
+    value: str | tuple[str, ...] | bool
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    # Only the options the client set (names from SAMPLING_OPTION_NAMES); the rest are the engine's defaults.
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    # Top alternatives per generated / prompt position; None: not asked for.
+    top_logprobs: int | None = None
+    prompt_logprobs: int | None = None
+    constraint: Constraint | None = None
+    include_text: bool = False
+    # One output message at the end instead of a stream.
+    final_only: bool = False
+
+
+def sampling_params(request: GenerationRequest) -> SamplingParams:
+    unknown = set(request.sampling) - SAMPLING_OPTION_NAMES
+    if unknown:
+        raise ValueError(f"unknown sampling options {sorted(unknown)}")  # a server bug, not the client's
+    try:
+        return SamplingParams(
+            **request.sampling,
+            stop=list(request.stop) or None,
+            stop_token_ids=list(request.stop_token_ids) or None,
+            logprobs=request.top_logprobs,
+            prompt_logprobs=request.prompt_logprobs,
+            flat_logprobs=True,
+            structured_outputs=_structured_outputs(request.constraint),
+            # Detokenizing costs CPU per token: only when text is wanted or stop strings need it.
+            detokenize=request.include_text or bool(request.stop),
+            output_kind=RequestOutputKind.FINAL_ONLY if request.final_only else RequestOutputKind.DELTA,
+        )
+    except ValueError as error:
+        raise RequestRejected(str(error), part="sampling") from error
+
+
+def _structured_outputs(constraint: Constraint | None) -> StructuredOutputsParams | None:
+    if constraint is None:
+        return None
+    if constraint.kind == "json_schema":
+        return StructuredOutputsParams(json=constraint.value)
+    if constraint.kind == "choice":
+        return StructuredOutputsParams(choice=list(constraint.value))
+    if constraint.kind == "json_object":
+        return StructuredOutputsParams(json_object=True)
+    return StructuredOutputsParams(**{constraint.kind: constraint.value})

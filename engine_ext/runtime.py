@@ -1,0 +1,25 @@
+"""Process-wide facts and settings of the engine's runtime that the server reports or applies."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+
+import torch
+import vllm
+from vllm.utils.gc_utils import freeze_gc_heap
+
+
+def freeze_startup_heap() -> None:
+    """As vLLM's OpenAI server does: the startup heap (torch, transformers, vLLM) moves out of the
+    collector's reach, so that its oldest-generation passes stop walking it while streams run."""
+    freeze_gc_heap()
+
+
+def component_versions() -> dict[str, str]:
+    return {
+        "server": importlib.metadata.version("gonka-mlnode"),
+        "vllm": vllm.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
