@@ -46,7 +46,7 @@ help:
 	@echo "make setup    only set up: virtualenv, engine ($(ENGINE)), tools, project, embedded model"
 	@echo "make lock     re-resolve the pinned versions (requirements/constraints-cpu.txt, -gpu.txt)"
 
-setup: $(STAMPS)/engine-$(ENGINE) $(STAMPS)/dev $(STAMPS)/project $(MODEL_DIR)/build_info.json
+setup: $(STAMPS)/engine-$(ENGINE) $(STAMPS)/dev $(STAMPS)/project $(MODEL_DIR)/build_info.json .build/models/qwen3-tiny-peaked/build_info.json
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -78,8 +78,12 @@ $(STAMPS)/project: pyproject.toml $(CONSTRAINTS) $(STAMPS)/dev
 	if [ -n "$$broken" ]; then printf '%s\n' "$$broken" "setup: missing or conflicting requirements (above)" >&2; exit 1; fi
 	@touch $@
 
-$(MODEL_DIR)/build_info.json: server/embedded_model/builder.py server/embedded_model/chat_template.jinja | $(STAMPS)/project
+$(MODEL_DIR)/build_info.json: server/embedded_model/builder.py server/embedded_model/variants.py server/embedded_model/chat_template.jinja | $(STAMPS)/project
 	$(PY) -m server.embedded_model --force --out $(MODEL_DIR)
+
+# The peaked variant (same weights, output head x32), for tests whose sampling filters must really cut.
+.build/models/qwen3-tiny-peaked/build_info.json: server/embedded_model/builder.py server/embedded_model/variants.py server/embedded_model/chat_template.jinja | $(STAMPS)/project
+	$(PY) -m server.embedded_model --variant peaked --force --out $(@D)
 
 model: $(MODEL_DIR)/build_info.json
 

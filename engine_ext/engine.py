@@ -19,6 +19,7 @@ from vllm.inputs import TokensPrompt
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
+from engine_ext.consensus.logprobs_mode import DEFAULT_MODE, LogprobsMode
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.errors import EngineDead, EnginePaused, RequestFailed, RequestRejected
 from engine_ext.generation_request import GenerationRequest, sampling_params
@@ -43,9 +44,13 @@ class SchedulerState:
 
 
 class MlnodeEngine:
-    def __init__(self, llm: AsyncLLM, calls: EngineCalls) -> None:
+    def __init__(self, llm: AsyncLLM, calls: EngineCalls, default_logprobs_mode: LogprobsMode = DEFAULT_MODE) -> None:
         self._llm = llm
         self.calls = calls
+        # For requests that state no logprobs mode (the network's default: processed).
+        self.default_logprobs_mode = default_logprobs_mode
+        self._eos_token_id = int(llm.get_tokenizer().eos_token_id)
+        self._speculative = llm.vllm_config.speculative_config is not None
         self._token_streams = TokenStreams(llm)
         self._token_streams.install()
         # Client-side ids of the requests on vLLM's generate() path (token streams track their own).
@@ -62,7 +67,13 @@ class MlnodeEngine:
         llm = self._llm
         if llm.errored:
             raise EngineDead("the engine has died")
-        params = sampling_params(request)
+        if request.enforced_token_ids is not None and self._speculative:
+            # Speculative decoding skips the sampler seam that forces the tokens (and vLLM loads no
+            # logits-processor plugin then): a replay would silently not be one.
+            raise RequestRejected("replays (enforced tokens) are not served while speculative decoding is on", "request")
+        mode = request.logprobs_mode or self.default_logprobs_mode
+        pad_masked = mode == LogprobsMode.PROCESSED
+        params = sampling_params(request, mode, self._eos_token_id)
         streamed = self._token_streams.enabled and token_stream_possible(params)
         if streamed:
             request_packed_logprobs(params)
@@ -74,11 +85,11 @@ class MlnodeEngine:
             raise RequestRejected(str(error), part) from error
         try:
             if streamed:
-                stream = await self._token_streams.open(request.request_id, engine_request)
+                stream = await self._token_streams.open(request.request_id, engine_request, pad_masked)
                 async for step in self._token_streams.outputs(stream):
                     yield step
             else:
-                reader = RequestOutputReader(request.top_logprobs, request.prompt_logprobs, request.include_text)
+                reader = RequestOutputReader(request.top_logprobs, request.prompt_logprobs, request.include_text, pad_masked)
                 self._generating.add(request.request_id)
                 try:
                     async for output in llm.generate(engine_request, params, request.request_id):

@@ -8,8 +8,9 @@ import vllm
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.v1.engine.async_llm import AsyncLLM
 
+from engine_ext.consensus.logprobs_mode import DEFAULT_MODE, LogprobsMode
 from engine_ext.engine import MlnodeEngine
-from engine_ext.engine_args import USAGE_CONTEXT, EngineSettings
+from engine_ext.engine_args import STRUCTURED_OUTPUT_BACKEND, USAGE_CONTEXT, EngineSettings
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY
 from engine_ext.vllm_version import require_supported_vllm
@@ -44,12 +45,30 @@ def require_no_kv_connector(engine_args: AsyncEngineArgs) -> None:
         )
 
 
-def create_engine(settings: EngineSettings, calls: EngineCalls) -> MlnodeEngine:
+def require_xgrammar_backend(engine_args: AsyncEngineArgs) -> None:
+    """A replayed token that breaks a request's grammar must switch that grammar off, which a seam does
+    on xgrammar's grammar class only: another backend would keep constraining from a broken state."""
+    backend = engine_args.structured_outputs_config.backend
+    if backend != STRUCTURED_OUTPUT_BACKEND:
+        raise EngineConfigurationError(
+            f"structured-output backend {backend!r} is not supported: grammar degradation during validation "
+            "replays (a replayed token that breaks a request's grammar switches that grammar off) is "
+            f"implemented for {STRUCTURED_OUTPUT_BACKEND} only. Leave the backend unset or set it to "
+            f"{STRUCTURED_OUTPUT_BACKEND!r} in --structured-outputs-config."
+        )
+
+
+def create_engine(settings: EngineSettings, calls: EngineCalls, default_logprobs_mode: LogprobsMode = DEFAULT_MODE) -> MlnodeEngine:
     """Starts the engine processes (call before creating the gRPC server: vLLM forks)."""
     require_supported_vllm(vllm.__version__)
     require_no_kv_connector(settings.vllm_args)
+    require_xgrammar_backend(settings.vllm_args)
     engine_args = with_worker_extension(settings.vllm_args)
+    # Each request's own mode is set per batch by a sampler seam; the engine-wide one only decides
+    # which top-k/top-p kernel vLLM binds, and processed keeps it off FlashInfer's, which has no
+    # processed logprobs.
+    engine_args.logprobs_mode = "processed_logprobs"
     # Read by vLLM while it configures the engine, and inherited by the engine processes it starts.
     os.environ.update(settings.environment)
     llm = AsyncLLM.from_engine_args(engine_args, usage_context=USAGE_CONTEXT)
-    return MlnodeEngine(llm, calls)
+    return MlnodeEngine(llm, calls, default_logprobs_mode)

@@ -13,7 +13,9 @@ from typing import Any
 
 from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
 
+from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.errors import RequestRejected
+from engine_ext.replay_rows import LOGPROBS_MODE_ARG, REPLAY_TOKENS_ARG
 
 # Sampling options the server passes through by these names (the contract's SamplingOptions).
 SAMPLING_OPTION_NAMES = frozenset(
@@ -59,12 +61,30 @@ class GenerationRequest:
     include_text: bool = False
     # One output message at the end instead of a stream.
     final_only: bool = False
+    # A replay: position m is forced to enforced_token_ids[m] after sampling (the last one past the end).
+    enforced_token_ids: tuple[int, ...] | None = None
+    # How logprobs are computed (inference-validation.md 2); None: the engine's default.
+    logprobs_mode: LogprobsMode | None = None
 
 
-def sampling_params(request: GenerationRequest) -> SamplingParams:
+def with_end_of_sequence(enforced: tuple[int, ...], eos_token_id: int) -> list[int]:
+    """The enforced tokens, ending with end of sequence so the replay stops where the original did."""
+    tokens = list(enforced)
+    if not tokens or tokens[-1] != eos_token_id:
+        tokens.append(eos_token_id)
+    return tokens
+
+
+def sampling_params(request: GenerationRequest, logprobs_mode: LogprobsMode, eos_token_id: int) -> SamplingParams:
+    """vLLM's SamplingParams for `request`, with `logprobs_mode` (resolved by the caller) for its logprobs."""
     unknown = set(request.sampling) - SAMPLING_OPTION_NAMES
     if unknown:
         raise ValueError(f"unknown sampling options {sorted(unknown)}")  # a server bug, not the client's
+    extra_args: dict[str, Any] = {}
+    if request.top_logprobs is not None:
+        extra_args[LOGPROBS_MODE_ARG] = logprobs_mode.value
+    if request.enforced_token_ids is not None:
+        extra_args[REPLAY_TOKENS_ARG] = with_end_of_sequence(request.enforced_token_ids, eos_token_id)
     try:
         return SamplingParams(
             **request.sampling,
@@ -77,6 +97,7 @@ def sampling_params(request: GenerationRequest) -> SamplingParams:
             # Detokenizing costs CPU per token: only when text is wanted or stop strings need it.
             detokenize=request.include_text or bool(request.stop),
             output_kind=RequestOutputKind.FINAL_ONLY if request.final_only else RequestOutputKind.DELTA,
+            extra_args=extra_args or None,
         )
     except ValueError as error:
         raise RequestRejected(str(error), part="sampling") from error

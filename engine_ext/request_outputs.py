@@ -13,14 +13,17 @@ from typing import Any
 from vllm.logprobs import FlatLogprobs
 from vllm.outputs import CompletionOutput, RequestOutput
 
+from engine_ext.logprob_padding import pad_masked_entries
 from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta, PromptLogprobs
 
 
 class RequestOutputReader:
     """One request's RequestOutputs as GenerationSteps (prompt logprobs only on the first step)."""
 
-    def __init__(self, top_logprobs: int | None, prompt_logprobs: int | None, include_text: bool) -> None:
+    def __init__(self, top_logprobs: int | None, prompt_logprobs: int | None, include_text: bool, pad_masked: bool = False) -> None:
         self._top_logprobs = top_logprobs
+        # Processed-mode logprobs: masked top-k entries take the lowest ids (engine_ext.logprob_padding).
+        self._pad_masked = pad_masked
         self._prompt_logprobs = prompt_logprobs
         self._include_text = include_text
         self._prompt_logprobs_sent = False
@@ -42,6 +45,8 @@ class RequestOutputReader:
         token_ids = list(completion.token_ids)
         k = self._top_logprobs
         columns = logprob_columns(completion.logprobs, token_ids, 0, k) if k is not None and token_ids else None
+        if columns is not None and self._pad_masked:
+            pad_masked_entries(columns, k)
         finish = None
         if completion.finish_reason is not None:
             finish = Finish(finish_reason(completion.finish_reason), completion.stop_reason, prompt_tokens, cached_tokens)

@@ -28,6 +28,7 @@ from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.metrics.stats import IterationStats
 
+from engine_ext.logprob_padding import pad_masked_entries
 from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
 from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, unpack
 from engine_ext.request_outputs import finish_reason
@@ -47,11 +48,15 @@ def token_stream_possible(params: SamplingParams) -> bool:
 class TokenStream:
     """One request's undelivered output: the output handler appends, the request's task takes."""
 
-    def __init__(self, engine_request_id: str, external_request_id: str, prompt_length: int, top_logprobs: int | None) -> None:
+    def __init__(
+        self, engine_request_id: str, external_request_id: str, prompt_length: int, top_logprobs: int | None, pad_masked: bool = False
+    ) -> None:
         self.engine_request_id = engine_request_id
         self.external_request_id = external_request_id
         self.prompt_length = prompt_length
         self.top_logprobs = top_logprobs
+        # Processed-mode logprobs: masked top-k entries take the lowest ids (engine_ext.logprob_padding).
+        self.pad_masked = pad_masked
         self.prefilling = True
         self.done = False  # the final output (finish or error) has been appended
         self._token_ids: list[int] = []
@@ -110,6 +115,8 @@ class TokenStream:
         self._token_ids, self._packed_logprobs = [], []
         k = self.top_logprobs
         columns = LogprobColumns(*unpack(packed, k)) if k is not None and token_ids else None
+        if columns is not None and self.pad_masked:
+            pad_masked_entries(columns, k)
         finish = None
         if self._finish_reason is not None:
             finish = Finish(self._finish_reason, self._stop_reason, self.prompt_length, self._num_cached_tokens)
@@ -134,13 +141,15 @@ class TokenStreams:
         processor.process_outputs = self._routing(processor.process_outputs)
         processor.propagate_error = self._failing_too(processor.propagate_error)
 
-    async def open(self, request_id: str, request: EngineCoreRequest) -> TokenStream:
+    async def open(self, request_id: str, request: EngineCoreRequest, pad_masked: bool) -> TokenStream:
         """Submits a validated request (as AsyncLLM.add_request does after validating it); its
         sampling params must have asked for packed logprobs (request_packed_logprobs)."""
         llm = self._llm
         llm.input_processor.assign_request_id(request)
         llm._run_output_handler()  # started lazily by vLLM on its first request
-        stream = TokenStream(request.request_id, request_id, len(request.prompt_token_ids or ()), request.sampling_params.logprobs)
+        stream = TokenStream(
+            request.request_id, request_id, len(request.prompt_token_ids or ()), request.sampling_params.logprobs, pad_masked
+        )
         self._streams[stream.engine_request_id] = stream
         try:
             await llm.engine_core.add_request_async(request)

@@ -9,12 +9,14 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.engine import ExtensionMissing, MlnodeEngine
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.engine_factory import EngineConfigurationError, create_engine
 from engine_ext.runtime import component_versions, freeze_startup_heap
 from engine_ext.vllm_version import UnsupportedVllmVersion
 from gonka.mlnode.v1 import inference_pb2 as pb
+from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.admission import Admission
 from server.engine_watch import watch_engine
 from server.health import HealthService
@@ -28,17 +30,20 @@ from server.tokenizer_pool import TokenizerPool
 from server.translation import RequestTranslator
 from server.translation.chat_template import client_template_variables
 from server.translation.prompt import PromptLimits, PromptReader
+from server.validation_servicer import ValidationServicer
 
 log = logging.getLogger(__name__)
 
 INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"]
-HEALTH_CHECKED_SERVICES = ("", INFERENCE_SERVICE.full_name)
+VALIDATION_SERVICE = vpb.DESCRIPTOR.services_by_name["ValidationService"]
+HEALTH_CHECKED_SERVICES = ("", INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name)
 # After the grace, aborted streams get this long to deliver their final (abort) message.
 ABORT_FLUSH_SECONDS = 2.0
 MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
 # The default prompt bound: generous for any text that fits the context (English runs at about
 # 4 characters per token), while keeping the tokenization of a refused prompt short.
 DEFAULT_PROMPT_CHARS_PER_TOKEN = 16
+LOGPROBS_MODES = {"processed": LogprobsMode.PROCESSED, "raw": LogprobsMode.RAW}
 
 
 def grpc_server_options(max_request_bytes: int) -> tuple[tuple[str, Any], ...]:
@@ -68,7 +73,7 @@ async def serve(options: ServerOptions, engine_args: Any) -> int:
     trigger.install_signal_handlers()
     calls = EngineCalls(options.engine_call_timeout_seconds, options.engine_stuck_seconds)
     try:
-        engine = create_engine(engine_args, calls)
+        engine = create_engine(engine_args, calls, LOGPROBS_MODES[options.default_logprobs_mode])
     except (EngineConfigurationError, UnsupportedVllmVersion) as error:
         raise StartupError(str(error)) from error
     try:
@@ -98,8 +103,10 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, trigger: S
 
     server = grpc.aio.server(options=grpc_server_options(options.max_request_bytes))
     add_raw_request_service(server, INFERENCE_SERVICE, servicer)
+    add_raw_request_service(server, VALIDATION_SERVICE, ValidationServicer(engine, facts, translator, admission))
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
-    enable_reflection(server, (INFERENCE_SERVICE.full_name, health_pb2.DESCRIPTOR.services_by_name["Health"].full_name))
+    health_service = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
+    enable_reflection(server, (INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name, health_service))
     try:
         server.add_insecure_port(options.address)
     except RuntimeError as error:

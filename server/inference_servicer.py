@@ -7,7 +7,6 @@ INVALID_ARGUMENT like any other bad input.
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -17,19 +16,17 @@ from typing import Any
 import grpc
 
 from engine_ext.engine import MlnodeEngine
-from engine_ext.errors import EngineCallTimeout, EngineDead, EnginePaused, RequestFailed, RequestRejected
 from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.admission import Admission
-from server.errors import Reason, ServiceError, abort_with, invalid_field
+from server.engine_failures import engine_failure
+from server.errors import Reason, ServiceError, abort_with
 from server.request_registry import RequestRegistry
 from server.response_encoding import ResponseEncoder
 from server.service_registration import decode_request
 from server.translation import GenerationPlan, RequestTranslator
 from server.translation.prompt import PromptLimits
 
-log = logging.getLogger(__name__)
-PAUSED_RETRY_AFTER_SECONDS = 1.0
 
 
 class InferenceServicer:
@@ -83,7 +80,7 @@ class InferenceServicer:
         except ServiceError as error:
             failure = error
         except Exception as error:  # never leave a stream without a status
-            failure = self._failure(error, plan)
+            failure = engine_failure(error, plan, self._admission)
         if failure is not None:
             await abort_with(context, failure)
 
@@ -144,7 +141,7 @@ class InferenceServicer:
                 for report in await self._engine.worker_reports():
                     response.engine_processes.append(_engine_process(pb.EngineProcess.ROLE_WORKER, report))
         except Exception as error:
-            await abort_with(context, self._failure(error, None))
+            await abort_with(context, engine_failure(error, None, self._admission))
         return response
 
     async def _decoded(self, message_class: Any, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
@@ -153,37 +150,5 @@ class InferenceServicer:
         except ServiceError as error:
             await abort_with(context, error)
 
-    def _failure(self, error: Exception, plan: GenerationPlan | None) -> ServiceError:
-        """The status for an exception from the engine wrapper (or a bug: INTERNAL, logged)."""
-        if isinstance(error, ServiceError):
-            return error
-        if isinstance(error, RequestRejected):
-            return _rejection(error, plan)
-        if isinstance(error, EngineDead):
-            return ServiceError(grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_DEAD, "the engine has died; the server is going down")
-        if isinstance(error, EnginePaused):
-            if not self._admission.is_open:
-                return self._admission.refusal()
-            return ServiceError(
-                grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_PAUSED, "the engine is paused", retry_after_seconds=PAUSED_RETRY_AFTER_SECONDS
-            )
-        if isinstance(error, EngineCallTimeout):
-            return ServiceError(grpc.StatusCode.DEADLINE_EXCEEDED, Reason.ENGINE_CALL_TIMEOUT, str(error))
-        if isinstance(error, RequestFailed):
-            log.error("the engine failed a request: %s", error, exc_info=error.__cause__)
-            return ServiceError(grpc.StatusCode.INTERNAL, Reason.INTERNAL_ERROR, str(error))
-        log.exception("internal error", exc_info=error)
-        return ServiceError(grpc.StatusCode.INTERNAL, Reason.INTERNAL_ERROR, f"internal error: {error!r}")
-
-
 def _engine_process(role: int, report: dict) -> pb.EngineProcess:
     return pb.EngineProcess(role=role, pid=report["pid"], vllm_version=report["vllm_version"], seams=report["seams"])
-
-
-def _rejection(error: RequestRejected, plan: GenerationPlan | None) -> ServiceError:
-    """The engine's own input validation refused the request (the checks before it cover the rest)."""
-    if error.part == "constraint" and plan is not None and plan.constraint_field is not None:
-        return invalid_field(plan.constraint_field, f"the engine rejected the constraint: {error.message}", Reason.INVALID_CONSTRAINT)
-    if error.part == "sampling":
-        return invalid_field("sampling", error.message)
-    return invalid_field("request", f"the engine rejected the request: {error.message}")

@@ -18,6 +18,9 @@ DEFAULT_SHUTDOWN_GRACE_SECONDS = 5.0
 DEFAULT_MAX_REQUEST_MIB = 16
 DEFAULT_ENGINE_CALL_TIMEOUT_SECONDS = 30.0
 DEFAULT_ENGINE_STUCK_SECONDS = 120.0
+# The network's executors report processed logprobs (inference-validation.md 2).
+LOGPROBS_MODES = ("processed", "raw")
+DEFAULT_LOGPROBS_MODE = "processed"
 MIB = 1024 * 1024
 
 N = TypeVar("N", int, float)
@@ -37,6 +40,8 @@ class ServerOptions:
     engine_call_timeout_seconds: float
     # A call into the engine unanswered after this long turns health NOT_SERVING.
     engine_stuck_seconds: float
+    # For requests that state no logprobs mode: "processed" or "raw".
+    default_logprobs_mode: str = DEFAULT_LOGPROBS_MODE
 
     @property
     def address(self) -> str:
@@ -53,6 +58,7 @@ class ServerOptions:
             max_prompt_chars=args.max_prompt_chars,
             engine_call_timeout_seconds=args.engine_call_timeout,
             engine_stuck_seconds=args.engine_stuck_after,
+            default_logprobs_mode=args.default_logprobs_mode,
         )
 
 
@@ -97,6 +103,13 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="a call into the engine still unanswered after this many seconds turns health NOT_SERVING "
         "(default: %(default)s)",
+    )
+    group.add_argument(
+        "--default-logprobs-mode",
+        choices=LOGPROBS_MODES,
+        default=DEFAULT_LOGPROBS_MODE,
+        help="how logprobs are computed for requests that state no mode: processed (after penalties, temperature "
+        "and top-k/top-p, as the network reports them) or raw (the model's own distribution) (default: %(default)s)",
     )
 
 

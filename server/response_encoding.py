@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 
+from engine_ext.chain_lists import chain_top_lists
 from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.translation import GenerationPlan
@@ -23,7 +24,7 @@ NEG_INF = -math.inf
 REPORTED_NEG_INF = -9999.0
 
 
-def fill_token_batch(batch: pb.TokenBatch, ids: list[int], columns: LogprobColumns | None, k: int | None) -> None:
+def fill_token_batch(batch: pb.TokenBatch, ids: list[int], columns: LogprobColumns | None, k: int | None, chain: bool = False) -> None:
     """In place: building the sub-message inside its parent saves a copy per message."""
     batch.ids.extend(ids)
     if columns is None or k is None:
@@ -33,6 +34,10 @@ def fill_token_batch(batch: pb.TokenBatch, ids: list[int], columns: LogprobColum
     batch.top_k = k
     batch.top_ids.extend(columns.top_ids)
     batch.top_logprobs.extend(_reported(columns.top_logprobs))
+    if chain:
+        for entries in chain_top_lists(ids, columns, k):
+            batch.chain_top_ids.extend(token for token, _ in entries)
+            batch.chain_top_logprobs.extend(logprob for _, logprob in entries)
 
 
 class ResponseEncoder:
@@ -41,10 +46,22 @@ class ResponseEncoder:
         self._top_logprobs = plan.request.top_logprobs
         self._prompt_logprobs = plan.request.prompt_logprobs
         self._chunk = plan.max_tokens_per_message
+        self._chain = plan.chain_top_logprobs
+        # Sent on the first message when asked for, then never again.
+        self._prompt_token_ids = plan.request.prompt_token_ids if plan.include_prompt_token_ids else None
         # Tokens sent so far per output index (the usage's completion tokens).
         self._generated: dict[int, int] = {}
 
     def encode(self, step: GenerationStep) -> list[pb.GenerateResponse]:
+        messages = self._encode(step)
+        if self._prompt_token_ids is not None:
+            if not messages:
+                messages.append(pb.GenerateResponse(request_id=self._request_id))
+            messages[0].prompt_token_ids.extend(self._prompt_token_ids)
+            self._prompt_token_ids = None
+        return messages
+
+    def _encode(self, step: GenerationStep) -> list[pb.GenerateResponse]:
         outputs = step.outputs
         if len(outputs) == 1 and step.prompt_logprobs is None:
             delta = outputs[0]
@@ -65,7 +82,7 @@ class ResponseEncoder:
         slicing: it runs once per streamed token."""
         self._generated[delta.index] = self._generated.get(delta.index, 0) + len(delta.token_ids)
         message = pb.GenerateResponse(request_id=self._request_id, output_index=delta.index)
-        fill_token_batch(message.tokens, delta.token_ids, delta.logprobs, self._top_logprobs)
+        fill_token_batch(message.tokens, delta.token_ids, delta.logprobs, self._top_logprobs, self._chain)
         if delta.text:
             message.text = delta.text
         if delta.finish is not None:
@@ -83,7 +100,7 @@ class ResponseEncoder:
             end = start + step
             columns = delta.logprobs.slice(start, end, self._top_logprobs or 0) if delta.logprobs is not None else None
             message = pb.GenerateResponse(request_id=self._request_id, output_index=delta.index)
-            fill_token_batch(message.tokens, token_ids[start:end], columns, self._top_logprobs)
+            fill_token_batch(message.tokens, token_ids[start:end], columns, self._top_logprobs, self._chain)
             messages.append(message)
         last = messages[-1]
         if delta.text:

@@ -18,6 +18,10 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 DEFAULT_WORKERS = 2
+# Texts up to this long are encoded whole (their encoding drops in tens of milliseconds).
+WHOLE_TEXT_CHARS = 1_000_000
+PIECE_CHARS = 200_000
+BOUNDARY_SLACK_TOKENS = 2
 
 
 class TokenizerPool:
@@ -26,8 +30,14 @@ class TokenizerPool:
         self._per_thread = threading.local()
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="tokenizer")
 
-    async def encode(self, text: str) -> list[int]:
-        return await self._run(lambda tokenizer: list(tokenizer.encode(text)))
+    async def encode(self, text: str, max_tokens: int) -> list[int] | int:
+        """The text's token ids; only (at least) their count when there are more than `max_tokens`.
+
+        A fast tokenizer's Rust core is called directly (its batch call encodes without the GIL).
+        What holds the GIL is per token: building the list of ids, and dropping the encoding (about
+        0.08 µs a token, 360 ms for a 10 MB text). So a text too long to serve is found out in
+        pieces, each dropped on its own, and only a text that may fit is encoded whole."""
+        return await self._run(lambda tokenizer: _encode(tokenizer, text, max_tokens))
 
     async def render_chat(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool, variables: Mapping[str, Any]) -> list[int]:
         """The served chat template applied to `messages`, tokenized. Raises whatever the template
@@ -51,3 +61,33 @@ class TokenizerPool:
         if tokenizer is None:
             tokenizer = self._per_thread.tokenizer = copy.deepcopy(self._original)
         return tokenizer
+
+
+def _encode(tokenizer: Any, text: str, max_tokens: int) -> list[int] | int:
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    if backend is None:  # a slow (Python) tokenizer: nothing to gain below
+        ids = list(tokenizer.encode(text))
+        return ids if len(ids) <= max_tokens else len(ids)
+    if len(text) > WHOLE_TEXT_CHARS:
+        pieces, tokens = _count_in_pieces(backend, text)
+        # A cut between two pieces can change the tokens next to it, never by more than a couple.
+        if tokens - BOUNDARY_SLACK_TOKENS * (pieces - 1) > max_tokens:
+            return tokens
+    (encoding,) = backend.encode_batch([text], add_special_tokens=True)
+    return encoding.ids if len(encoding) <= max_tokens else len(encoding)
+
+
+def _count_in_pieces(backend: Any, text: str) -> tuple[int, int]:
+    """(pieces, tokens) of the text cut before spaces into pieces of about PIECE_CHARS."""
+    pieces = tokens = 0
+    start = 0
+    while start < len(text):
+        end = min(start + PIECE_CHARS, len(text))
+        if end < len(text):
+            space = text.rfind(" ", start + 1, end)
+            end = space if space > start else end
+        (encoding,) = backend.encode_batch([text[start:end]], add_special_tokens=False)
+        tokens += len(encoding)
+        pieces += 1
+        start = end
+    return pieces, tokens

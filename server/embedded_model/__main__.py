@@ -1,18 +1,22 @@
-"""`python -m server.embedded_model [--out DIR] [--force]`: build the embedded default model."""
+"""`python -m server.embedded_model [--variant default|peaked] [--out DIR] [--force]`: build the embedded
+model (by default into the variant's own directory under .build/models)."""
 
 import argparse
 from pathlib import Path
 
-from server.embedded_model.builder import DEFAULT_MODEL_DIR, build_embedded_model, ensure_embedded_model
+from server.embedded_model.builder import build_embedded_model, ensure_embedded_model
+from server.embedded_model.variants import DEFAULT_VARIANT, VARIANTS
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--out", type=Path, default=DEFAULT_MODEL_DIR, help="target directory")
+    parser.add_argument("--variant", choices=list(VARIANTS), default=DEFAULT_VARIANT.name, help="which variant")
+    parser.add_argument("--out", type=Path, help="target directory (default: the variant's own)")
     parser.add_argument("--force", action="store_true", help="rebuild even if the model is present")
     args = parser.parse_args()
-    path = build_embedded_model(args.out) if args.force else ensure_embedded_model(args.out)
-    print(path)
+    variant = VARIANTS[args.variant]
+    build = build_embedded_model if args.force else ensure_embedded_model
+    print(build(args.out, variant))
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 The tokenizer is Qwen's real BPE (151 643 ranks shipped in the `dashscope` package) converted
 with transformers' TikTokenConverter, plus Qwen3's added tokens; the model is a small Qwen3 whose
 weights are drawn from per-tensor seeded generators, so every build is byte-identical for the
-same torch version.
+same torch version. A variant (variants.py) rescales the output head of those same weights.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODEL_DIR = REPO_ROOT / ".build" / "models" / "qwen3-tiny"
+from server.embedded_model.variants import DEFAULT_VARIANT, Variant
+
 WEIGHT_SEED = 20251130
 INIT_STD = 0.02
 
@@ -57,6 +57,7 @@ QWEN3_ADDED_TOKENS: tuple[tuple[str, bool], ...] = (
 FIRST_ADDED_TOKEN_ID = 151643
 ENDOFTEXT_ID = 151643
 IM_END_ID = 151645
+LM_HEAD = "lm_head.weight"
 
 MODEL_CONFIG = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -85,22 +86,26 @@ MODEL_CONFIG = {
 }
 
 
-def ensure_embedded_model(model_dir: Path = DEFAULT_MODEL_DIR) -> Path:
-    """Returns the model directory, building it first if it is missing or incomplete."""
+def ensure_embedded_model(model_dir: Path | None = None, variant: Variant = DEFAULT_VARIANT) -> Path:
+    """Returns the model directory (by default the variant's own), building it first if it is missing
+    or incomplete."""
+    model_dir = variant.directory if model_dir is None else model_dir
     if not (model_dir / "build_info.json").is_file():
-        build_embedded_model(model_dir)
+        build_embedded_model(model_dir, variant)
     return model_dir
 
 
-def build_embedded_model(model_dir: Path = DEFAULT_MODEL_DIR) -> Path:
-    """Builds into a temporary sibling and renames it into place, so a reader never sees half a model."""
+def build_embedded_model(model_dir: Path | None = None, variant: Variant = DEFAULT_VARIANT) -> Path:
+    """Builds into a temporary sibling and renames it into place, so a reader never sees half a model.
+    The directory defaults to the variant's own, so a variant is never built over the default model."""
+    model_dir = variant.directory if model_dir is None else model_dir
     model_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{model_dir.name}-", dir=model_dir.parent))
     staging.chmod(0o755)
     try:
         _write_tokenizer(staging)
-        _write_model(staging)
-        _write_build_info(staging)
+        _write_model(staging, variant)
+        _write_build_info(staging, variant)
         if model_dir.exists():
             shutil.rmtree(model_dir)
         staging.rename(model_dir)
@@ -142,7 +147,7 @@ def _write_tokenizer(out_dir: Path) -> None:
     tokenizer.save_pretrained(str(out_dir))
 
 
-def _write_model(out_dir: Path) -> None:
+def _write_model(out_dir: Path, variant: Variant) -> None:
     import torch
     from safetensors.torch import save_file
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -151,6 +156,7 @@ def _write_model(out_dir: Path) -> None:
     with torch.device("meta"):
         skeleton = Qwen3ForCausalLM(config)
     tensors = {name: _seeded_tensor(name, tuple(param.shape)) for name, param in skeleton.state_dict().items()}
+    tensors[LM_HEAD] = tensors[LM_HEAD] * variant.lm_head_scale
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
     (out_dir / "config.json").write_text(json.dumps(MODEL_CONFIG, indent=2, sort_keys=True) + "\n")
     generation_config = {"bos_token_id": ENDOFTEXT_ID, "eos_token_id": [IM_END_ID, ENDOFTEXT_ID]}
@@ -169,11 +175,11 @@ def _seeded_tensor(name: str, shape: tuple[int, ...]) -> "torch.Tensor":
     return values.to(torch.bfloat16)
 
 
-def _write_build_info(out_dir: Path) -> None:
+def _write_build_info(out_dir: Path, variant: Variant) -> None:
     digests = {
         path.name: hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(out_dir.iterdir())
         if path.is_file()
     }
-    info = {"weight_seed": WEIGHT_SEED, "files_sha256": digests}
+    info = {"weight_seed": WEIGHT_SEED, "files_sha256": digests, **variant.build_info_fields()}
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")

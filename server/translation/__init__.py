@@ -13,6 +13,7 @@ from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.errors import invalid_field
 from server.translation.prompt import PromptReader
+from server.translation.replay import enforced_token_ids, logprobs_mode
 from server.translation.sampling import logprob_counts, sampling_choice
 from server.translation.structured_output import constraint, constraint_field
 
@@ -28,6 +29,10 @@ class GenerationPlan:
     coalesce_seconds: float
     # `structured_output.<kind>` when the request is constrained (names the field if the engine rejects it).
     constraint_field: str | None
+    # Report the chain's top list per position beside the model's own.
+    chain_top_logprobs: bool = False
+    # Send the prompt's token ids (as run) on the first message.
+    include_prompt_token_ids: bool = False
 
 
 class RequestTranslator:
@@ -42,6 +47,8 @@ class RequestTranslator:
         if request.stream.coalesce_ms > MAX_COALESCE_MS:
             raise invalid_field("stream.coalesce_ms", f"must be at most {MAX_COALESCE_MS}")
         logprobs = logprob_counts(request, self._facts)
+        mode = logprobs_mode(request)
+        enforced = enforced_token_ids(request, self._facts)
         chosen_constraint = constraint(request)
         prompt = await self._prompts.prompt_token_ids(request)
         sampling = sampling_choice(request, len(prompt), self._facts)
@@ -56,10 +63,14 @@ class RequestTranslator:
             constraint=chosen_constraint,
             include_text=request.stream.include_text,
             final_only=request.stream.final_only,
+            enforced_token_ids=enforced,
+            logprobs_mode=mode,
         )
         return GenerationPlan(
             request=generation,
             max_tokens_per_message=request.stream.max_tokens_per_message,
             coalesce_seconds=request.stream.coalesce_ms / 1000,
             constraint_field=constraint_field(request),
+            chain_top_logprobs=request.logprobs.chain_top_logprobs,
+            include_prompt_token_ids=request.stream.include_prompt_token_ids,
         )

@@ -54,7 +54,10 @@ class PromptReader:
             if not request.text:
                 raise invalid_field("text", "must not be empty")
             self._require_chars(len(request.text), "text")
-            ids = await self._tokenizers.encode(request.text)
+            encoded = await self._tokenizers.encode(request.text, self._facts.max_model_len)
+            if isinstance(encoded, int):
+                self._require_fits_the_context(encoded, kind)
+            ids = encoded
         elif kind == "chat":
             ids = await self._render_chat(request.chat)
         else:

@@ -112,3 +112,15 @@ def test_a_request_over_the_size_limit_is_refused_by_grpc_itself(client: Inferen
         client.generate(build_request(prompt="z" * (16 * 1024 * 1024 + 1)), timeout=60)
     assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert client.generate(token_ids=PROMPT_IDS, max_tokens=2).first.finish_reason == "length"
+
+
+def test_a_schema_only_another_backend_could_enforce_is_invalid_constraint(client: InferenceClient) -> None:
+    """The backend is pinned to xgrammar, which has no `multipleOf`: vLLM's "auto" would have handed this
+    schema to guidance; here the engine refuses it, naming the field."""
+    schema = '{"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 3}}, "required": ["n"]}'
+    with pytest.raises(ServerError) as caught:
+        client.generate(build_request(token_ids=PROMPT_IDS, json_schema=schema, max_tokens=8), timeout=60)
+    error = caught.value
+    assert error.code == grpc.StatusCode.INVALID_ARGUMENT, error
+    assert (error.reason, error.field) == ("INVALID_CONSTRAINT", "structured_output.json_schema"), error
+    assert "not supported by xgrammar" in error.message

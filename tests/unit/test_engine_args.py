@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
+from vllm.config import StructuredOutputsConfig
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.platforms import current_platform
 
@@ -124,7 +126,31 @@ def test_the_environment_is_set_before_the_engine_starts(monkeypatch: pytest.Mon
             return "llm"
 
     monkeypatch.setattr(engine_factory, "AsyncLLM", RecordingAsyncLLM)
-    monkeypatch.setattr(engine_factory, "MlnodeEngine", lambda llm, calls: (llm, calls))
-    started = engine_factory.create_engine(EngineSettings(AsyncEngineArgs(model="/m"), {CPU_KV_CACHE_ENV: "1"}), "calls")
-    assert started == ("llm", "calls")
+    monkeypatch.setattr(engine_factory, "MlnodeEngine", lambda llm, calls, mode: (llm, calls, mode))
+    args = AsyncEngineArgs(model="/m", structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"))
+    started = engine_factory.create_engine(EngineSettings(args, {CPU_KV_CACHE_ENV: "1"}), "calls", "mode")
+    assert started == ("llm", "calls", "mode")
     assert seen == {"kv_cache": "1"}
+
+
+@pytest.mark.parametrize("model_flags", [(), ("--model", "/models/other")], ids=["default-model", "given-model"])
+def test_vllms_default_structured_output_backend_becomes_xgrammar(default_model: DefaultModel, model_flags: tuple[str, ...]) -> None:
+    served = settings(default_model, *model_flags, "--structured-outputs-config", '{"disable_fallback": true}')
+    config = served.vllm_args.structured_outputs_config
+    assert (config.backend, config.disable_fallback) == ("xgrammar", True)
+    engine_factory.require_xgrammar_backend(served.vllm_args)  # passes the engine factory's check
+
+
+def test_xgrammar_named_by_the_user_keeps_its_settings(default_model: DefaultModel) -> None:
+    served = settings(default_model, "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}')
+    config = served.vllm_args.structured_outputs_config
+    assert (config.backend, config.disable_any_whitespace) == ("xgrammar", True)
+
+
+@pytest.mark.parametrize("backend", ["guidance", "outlines", "lm-format-enforcer"])
+def test_another_structured_output_backend_is_refused_at_start(default_model: DefaultModel, backend: str) -> None:
+    served = settings(default_model, "--structured-outputs-config", json.dumps({"backend": backend}))
+    assert served.vllm_args.structured_outputs_config.backend == backend  # the user's choice is not overridden
+    with pytest.raises(engine_factory.EngineConfigurationError, match=re.escape(f"backend {backend!r} is not supported")) as caught:
+        engine_factory.create_engine(served, calls=None)
+    assert "grammar degradation during validation replays" in str(caught.value)

@@ -6,7 +6,16 @@ import pytest
 from vllm.sampling_params import RequestOutputKind, SamplingParams
 
 from engine_ext.errors import RequestRejected
-from engine_ext.generation_request import Constraint, GenerationRequest, sampling_params
+from engine_ext.consensus.logprobs_mode import LogprobsMode
+from engine_ext.generation_request import Constraint, GenerationRequest, with_end_of_sequence
+from engine_ext.generation_request import sampling_params as to_sampling_params
+from engine_ext.replay_rows import LOGPROBS_MODE_ARG, REPLAY_TOKENS_ARG
+
+EOS = 151645
+
+
+def sampling_params(request: GenerationRequest, mode: LogprobsMode = LogprobsMode.PROCESSED):
+    return to_sampling_params(request, mode, EOS)
 
 
 def test_unset_options_keep_vllms_defaults_and_text_free_streams_skip_detokenizing() -> None:
@@ -56,3 +65,15 @@ def test_an_unknown_option_is_a_server_bug_not_a_rejection() -> None:
     with pytest.raises(ValueError) as caught:
         sampling_params(GenerationRequest("r", [1], sampling={"temprature": 0.5}))
     assert not isinstance(caught.value, RequestRejected)
+
+
+def test_the_logprobs_mode_travels_only_with_logprobs() -> None:
+    assert sampling_params(GenerationRequest("r", [1])).extra_args is None
+    raw = sampling_params(GenerationRequest("r", [1], top_logprobs=0), LogprobsMode.RAW)
+    assert raw.extra_args == {LOGPROBS_MODE_ARG: "raw_logprobs"}
+
+
+def test_a_replay_carries_its_tokens_ending_with_end_of_sequence() -> None:
+    params = sampling_params(GenerationRequest("r", [1], enforced_token_ids=(5, 6)))
+    assert params.extra_args == {REPLAY_TOKENS_ARG: [5, 6, EOS]}
+    assert with_end_of_sequence((5, EOS), EOS) == [5, EOS] and with_end_of_sequence((), EOS) == [EOS]

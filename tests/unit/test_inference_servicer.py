@@ -19,6 +19,7 @@ from engine_ext.model_facts import ModelFacts
 from engine_ext.outputs import GenerationStep, OutputDelta
 from gonka.mlnode.client import build_request
 from server.admission import Admission
+from server.engine_failures import engine_failure as server_failure
 from server.errors import ServiceError
 from server.inference_servicer import InferenceServicer
 from server.request_registry import RequestRegistry
@@ -100,7 +101,7 @@ def test_a_rejection_by_the_engine_is_invalid_argument() -> None:
 
 
 def test_a_value_error_from_a_server_bug_is_internal_and_logged(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.ERROR, logger="server.inference_servicer"):
+    with caplog.at_level(logging.ERROR, logger="server.engine_failures"):
         code, message = engine_failure(ValueError("a bug, not the client's"))
     assert code == grpc.StatusCode.INTERNAL and "a bug" in message
     assert any(record.exc_info for record in caplog.records)  # the traceback is in the log
@@ -124,4 +125,4 @@ def test_undecodable_bytes_are_invalid_argument_naming_the_problem() -> None:
 
 def test_service_errors_pass_through_unchanged() -> None:
     error = ServiceError(grpc.StatusCode.UNAVAILABLE, 7, "going down")
-    assert servicer(StandInEngine())._failure(error, None) is error
+    assert server_failure(error, None, Admission()) is error

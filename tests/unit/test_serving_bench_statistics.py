@@ -7,10 +7,15 @@ from statistics import median
 
 import pytest
 
-from benchmarks.serving_bench import RoundResult, goal_checks, paired_ratios, percentile, rotated, summarize
+from benchmarks.serving.goals import goal_checks, paired_ratios
+from benchmarks.serving.round_result import RoundResult
+from benchmarks.serving.schedule import rotated
+from benchmarks.serving.summary import percentile, summarize
 
 
-def round_result(server: str, logprobs: bool, cycle: int, cpu: float, tokens_per_second: float = 100.0, streams: int = 64) -> RoundResult:
+def round_result(
+    server: str, logprobs: bool, cycle: int, cpu: float, tokens_per_second: float = 100.0, streams: int = 64, engine_cpu: float = 5000.0
+) -> RoundResult:
     return RoundResult(
         server=server,
         logprobs=logprobs,
@@ -27,7 +32,7 @@ def round_result(server: str, logprobs: bool, cycle: int, cpu: float, tokens_per
         api_system_seconds=cpu * 0.25e-3,
         api_cpu_us_per_token=cpu,
         api_cpu_resolution_us_per_token=1.0,
-        engine_cpu_us_per_token=5000.0,
+        engine_cpu_us_per_token=engine_cpu,
         bystanders_cpu_us_per_token=0.5,
         load_generator_cpu_us_per_token=40.0,
         prompt_tokens=70,
@@ -76,6 +81,29 @@ def test_cpu_goals_are_judged_on_the_median_of_the_paired_ratios() -> None:
     assert cpu.ratio == pytest.approx(64 / 190)
     assert cpu.met is False  # 0.337 > 1/3, although one cycle alone was under it
     assert checks["tokens/s"].met is True  # equal speeds: a ratio of 1 meets "≥ 1"
+
+
+def test_the_engine_cpu_goal_against_openai_is_judged_on_the_median_of_the_paired_ratios() -> None:
+    # Cycle 1 ran slower for both engines (the machine drifts); within it ours was 3% over, in the others 1% over and 2% under.
+    cycles = ((5050.0, 5000.0), (6180.0, 6000.0), (4900.0, 5000.0))
+    rounds = []
+    for cycle, (ours_engine, openai_engine) in enumerate(cycles):
+        rounds += [
+            round_result("ours", True, cycle, 60.0, engine_cpu=ours_engine),
+            round_result("openai", True, cycle, 180.0, engine_cpu=openai_engine),
+        ]
+    checks = {check.description.split(",")[0]: check for check in goal_checks(rounds, 64)}
+    engine = checks["engine processes' CPU per token"]
+    assert engine.per_cycle == pytest.approx((1.01, 1.03, 0.98))
+    assert engine.ratio == pytest.approx(1.01)
+    assert (engine.goal, engine.met) == ("≤ 1.02", True)  # one cycle alone was over it
+    heavier = [replace(r, engine_cpu_us_per_token=r.engine_cpu_us_per_token * 1.05) if r.server == "ours" else r for r in rounds]
+    assert next(check for check in goal_checks(heavier, 64) if check.description.startswith("engine")).met is False
+
+
+def test_the_engine_cpu_goal_is_stated_against_openai_only() -> None:
+    rounds = [round_result("ours", False, 0, 50.0), round_result("vllm-grpc", False, 0, 55.0)]
+    assert not any(check.description.startswith("engine") for check in goal_checks(rounds, 64))
 
 
 def test_ttft_goals_are_judged_on_the_samples_of_all_cycles() -> None:

@@ -140,3 +140,17 @@ def test_a_model_without_chat_template_refuses_chat(tokenizer, pool: TokenizerPo
     no_template = make_translator(tokenizer, pool, ModelFacts(**{**FACTS.__dict__, "has_chat_template": False}))
     error = refusal(no_template, build_request(messages=[("user", "x")]))
     assert error.field == "chat" and "no chat template" in error.message
+
+
+def test_a_huge_text_is_counted_in_pieces_exactly_as_whole(tokenizer) -> None:
+    from server.tokenizer_pool import WHOLE_TEXT_CHARS, _count_in_pieces, _encode
+
+    words = ["alpha", "beta,", "gamma.", "delta42", "  spaced", "\nline", "ünï", "中文"]
+    text = " ".join(words[i % len(words)] + str(i % 7) for i in range(WHOLE_TEXT_CHARS // 6))[: WHOLE_TEXT_CHARS + 50_000]
+    exact = len(tokenizer.backend_tokenizer.encode_batch([text])[0])
+    pieces, counted = _count_in_pieces(tokenizer.backend_tokenizer, text)
+    assert pieces > 1 and abs(counted - exact) <= 2 * (pieces - 1)
+    # Too long for any context: only the count comes back, never the ids.
+    assert _encode(tokenizer, text, 8192) == counted
+    # A text that fits is encoded whole, as the tokenizer itself encodes it.
+    assert _encode(tokenizer, text[:5000], 8192) == tokenizer.encode(text[:5000])

@@ -10,6 +10,7 @@ from gonka.mlnode.client.client import DEFAULT_TARGET, AsyncInferenceClient, Inf
 from gonka.mlnode.client.errors import ServerError
 from gonka.mlnode.client.requests import build_request
 from gonka.mlnode.client.results import Generation, Output, TokenLogprobs
+from gonka.mlnode.client.validation import inference_item
 
 __all__ = [
     "DEFAULT_TARGET",
@@ -20,4 +21,5 @@ __all__ = [
     "ServerError",
     "TokenLogprobs",
     "build_request",
+    "inference_item",
 ]

@@ -14,6 +14,8 @@ from gonka.mlnode.client.requests import build_request
 from gonka.mlnode.client.results import Generation
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import inference_pb2_grpc as pb_grpc
+from gonka.mlnode.v1 import validation_pb2 as vpb
+from gonka.mlnode.v1 import validation_pb2_grpc as vpb_grpc
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 CHANNEL_OPTIONS = (
@@ -28,10 +30,22 @@ def _as_request(request: pb.GenerateRequest | None, kwargs: dict[str, Any]) -> p
     return request if request is not None else build_request(**kwargs)
 
 
+async def _streamed(call: Any) -> AsyncIterator[Any]:
+    """A server-streaming call's messages; its failure as ServerError; cancelled when left early."""
+    try:
+        async for response in call:
+            yield response
+    except grpc.RpcError as error:
+        raise ServerError.from_rpc_error(error) from None
+    finally:
+        call.cancel()
+
+
 class AsyncInferenceClient:
     def __init__(self, target: str = DEFAULT_TARGET, channel: grpc.aio.Channel | None = None) -> None:
         self._channel = channel or grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.InferenceServiceStub(self._channel)
+        self._validation = vpb_grpc.ValidationServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
     async def __aenter__(self) -> "AsyncInferenceClient":
@@ -47,14 +61,8 @@ class AsyncInferenceClient:
         self, request: pb.GenerateRequest | None = None, *, timeout: float | None = None, **kwargs: Any
     ) -> AsyncIterator[pb.GenerateResponse]:
         """Yields the server's messages as they arrive. Leaving the loop early cancels the call."""
-        call = self._stub.Generate(_as_request(request, kwargs), timeout=timeout)
-        try:
-            async for response in call:
-                yield response
-        except grpc.RpcError as error:
-            raise ServerError.from_rpc_error(error) from None
-        finally:
-            call.cancel()
+        async for response in _streamed(self._stub.Generate(_as_request(request, kwargs), timeout=timeout)):
+            yield response
 
     async def generate(
         self, request: pb.GenerateRequest | None = None, *, timeout: float | None = None, **kwargs: Any
@@ -63,6 +71,13 @@ class AsyncInferenceClient:
         async for response in self.stream(request, timeout=timeout, **kwargs):
             generation.add(response)
         return generation
+
+    async def validate_inference(
+        self, items: list[vpb.InferenceItem], *, timeout: float | None = None
+    ) -> AsyncIterator[vpb.ValidateInferenceResponse]:
+        """The server's verdicts, one per item, as they complete (each tagged with its item's index)."""
+        async for response in _streamed(self._validation.ValidateInference(vpb.ValidateInferenceRequest(items=items), timeout=timeout)):
+            yield response
 
     async def abort(self, request_id: str) -> None:
         await self._unary(self._stub.Abort, pb.AbortRequest(request_id=request_id))
@@ -90,6 +105,7 @@ class InferenceClient:
     def __init__(self, target: str = DEFAULT_TARGET, channel: grpc.Channel | None = None) -> None:
         self._channel = channel or grpc.insecure_channel(target, options=CHANNEL_OPTIONS)
         self._stub = pb_grpc.InferenceServiceStub(self._channel)
+        self._validation = vpb_grpc.ValidationServiceStub(self._channel)
         self._health = health_pb2_grpc.HealthStub(self._channel)
 
     def __enter__(self) -> "InferenceClient":
@@ -119,6 +135,13 @@ class InferenceClient:
         for response in self.stream(request, timeout=timeout, **kwargs):
             generation.add(response)
         return generation
+
+    def validate_inference(self, items: list[vpb.InferenceItem], *, timeout: float | None = None) -> list[vpb.ValidateInferenceResponse]:
+        """The server's verdicts, one per item, in the order they completed."""
+        try:
+            return list(self._validation.ValidateInference(vpb.ValidateInferenceRequest(items=items), timeout=timeout))
+        except grpc.RpcError as error:
+            raise ServerError.from_rpc_error(error) from None
 
     def abort(self, request_id: str) -> None:
         self._unary(self._stub.Abort, pb.AbortRequest(request_id=request_id))

@@ -16,6 +16,7 @@ ROLES = {
     "tool": pb.CHAT_ROLE_TOOL,
 }
 SAMPLING_FIELDS = frozenset(pb.SamplingOptions.DESCRIPTOR.fields_by_name)
+LOGPROBS_MODES = {"raw": pb.LOGPROBS_MODE_RAW, "processed": pb.LOGPROBS_MODE_PROCESSED}
 
 
 def build_request(
@@ -28,6 +29,10 @@ def build_request(
     request_id: str = "",
     top_logprobs: int | None = None,
     prompt_logprobs: int | None = None,
+    logprobs_mode: str | None = None,
+    chain_top_logprobs: bool = False,
+    enforced_token_ids: Sequence[int] | None = None,
+    include_prompt_token_ids: bool = False,
     json_schema: str | None = None,
     regex: str | None = None,
     grammar: str | None = None,
@@ -54,8 +59,11 @@ def build_request(
             max_tokens_per_message=max_tokens_per_message,
             final_only=final_only,
             coalesce_ms=coalesce_ms,
+            include_prompt_token_ids=include_prompt_token_ids,
         ),
     )
+    if enforced_token_ids is not None:
+        request.enforced_token_ids.extend(enforced_token_ids)
     if prompt is not None:
         request.text = prompt
     elif token_ids is not None:
@@ -77,6 +85,12 @@ def build_request(
         request.logprobs.top_logprobs = top_logprobs
     if prompt_logprobs is not None:
         request.logprobs.prompt_logprobs = prompt_logprobs
+    if logprobs_mode is not None:
+        if logprobs_mode not in LOGPROBS_MODES:
+            raise ValueError(f"unknown logprobs mode {logprobs_mode!r}; expected one of {', '.join(LOGPROBS_MODES)}")
+        request.logprobs.mode = LOGPROBS_MODES[logprobs_mode]
+    if chain_top_logprobs:
+        request.logprobs.chain_top_logprobs = True
     constraints = {
         "json_schema": json_schema,
         "regex": regex,

@@ -15,6 +15,8 @@ class TokenLogprobs:
     ranks: list[int] = field(default_factory=list)
     top_ids: list[list[int]] = field(default_factory=list)
     top_logprobs: list[list[float]] = field(default_factory=list)
+    # The chain's list per position (sampled token first), when asked for.
+    chain_top: list[dict[int, float]] = field(default_factory=list)
 
     def extend(self, batch: pb.TokenBatch) -> None:
         self.logprobs.extend(batch.logprobs)
@@ -25,6 +27,8 @@ class TokenLogprobs:
         for start in range(0, len(batch.top_ids), k):
             self.top_ids.append(list(batch.top_ids[start : start + k]))
             self.top_logprobs.append(list(batch.top_logprobs[start : start + k]))
+        for start in range(0, len(batch.chain_top_ids), k):
+            self.chain_top.append(dict(zip(batch.chain_top_ids[start : start + k], batch.chain_top_logprobs[start : start + k])))
 
 
 @dataclass
@@ -45,6 +49,8 @@ class Generation:
     outputs: dict[int, Output] = field(default_factory=dict)
     prompt_token_ids: list[int] = field(default_factory=list)  # positions 1.., with prompt logprobs
     prompt_logprobs: TokenLogprobs | None = None
+    # The whole prompt as the engine ran it, with include_prompt_token_ids.
+    prompt_as_run: list[int] = field(default_factory=list)
 
     def add(self, response: pb.GenerateResponse) -> None:
         self.request_id = response.request_id
@@ -53,6 +59,8 @@ class Generation:
         output.token_ids.extend(response.tokens.ids)
         output.text += response.text
         output.logprobs.extend(response.tokens)
+        if response.prompt_token_ids:
+            self.prompt_as_run = list(response.prompt_token_ids)
         if response.HasField("prompt_logprobs"):
             self.prompt_token_ids = list(response.prompt_logprobs.tokens.ids)
             self.prompt_logprobs = TokenLogprobs()

@@ -16,6 +16,12 @@ class ChatRole(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     CHAT_ROLE_ASSISTANT: _ClassVar[ChatRole]
     CHAT_ROLE_TOOL: _ClassVar[ChatRole]
 
+class LogprobsMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOGPROBS_MODE_UNSPECIFIED: _ClassVar[LogprobsMode]
+    LOGPROBS_MODE_RAW: _ClassVar[LogprobsMode]
+    LOGPROBS_MODE_PROCESSED: _ClassVar[LogprobsMode]
+
 class FinishReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     FINISH_REASON_UNSPECIFIED: _ClassVar[FinishReason]
@@ -28,6 +34,9 @@ CHAT_ROLE_SYSTEM: ChatRole
 CHAT_ROLE_USER: ChatRole
 CHAT_ROLE_ASSISTANT: ChatRole
 CHAT_ROLE_TOOL: ChatRole
+LOGPROBS_MODE_UNSPECIFIED: LogprobsMode
+LOGPROBS_MODE_RAW: LogprobsMode
+LOGPROBS_MODE_PROCESSED: LogprobsMode
 FINISH_REASON_UNSPECIFIED: FinishReason
 FINISH_REASON_STOP: FinishReason
 FINISH_REASON_LENGTH: FinishReason
@@ -35,7 +44,7 @@ FINISH_REASON_ABORT: FinishReason
 FINISH_REASON_ERROR: FinishReason
 
 class GenerateRequest(_message.Message):
-    __slots__ = ("request_id", "token_ids", "text", "chat", "sampling", "logprobs", "structured_output", "stream")
+    __slots__ = ("request_id", "token_ids", "text", "chat", "sampling", "logprobs", "structured_output", "stream", "enforced_token_ids")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +53,7 @@ class GenerateRequest(_message.Message):
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     STRUCTURED_OUTPUT_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
+    ENFORCED_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     token_ids: TokenIds
     text: str
@@ -52,7 +62,8 @@ class GenerateRequest(_message.Message):
     logprobs: LogprobsOptions
     structured_output: StructuredOutput
     stream: StreamOptions
-    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., text: _Optional[str] = ..., chat: _Optional[_Union[ChatInput, _Mapping]] = ..., sampling: _Optional[_Union[SamplingOptions, _Mapping]] = ..., logprobs: _Optional[_Union[LogprobsOptions, _Mapping]] = ..., structured_output: _Optional[_Union[StructuredOutput, _Mapping]] = ..., stream: _Optional[_Union[StreamOptions, _Mapping]] = ...) -> None: ...
+    enforced_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., token_ids: _Optional[_Union[TokenIds, _Mapping]] = ..., text: _Optional[str] = ..., chat: _Optional[_Union[ChatInput, _Mapping]] = ..., sampling: _Optional[_Union[SamplingOptions, _Mapping]] = ..., logprobs: _Optional[_Union[LogprobsOptions, _Mapping]] = ..., structured_output: _Optional[_Union[StructuredOutput, _Mapping]] = ..., stream: _Optional[_Union[StreamOptions, _Mapping]] = ..., enforced_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TokenIds(_message.Message):
     __slots__ = ("ids",)
@@ -115,12 +126,16 @@ class SamplingOptions(_message.Message):
     def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., min_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., n: _Optional[int] = ..., skip_special_tokens: _Optional[bool] = ..., include_stop_str_in_output: _Optional[bool] = ...) -> None: ...
 
 class LogprobsOptions(_message.Message):
-    __slots__ = ("top_logprobs", "prompt_logprobs")
+    __slots__ = ("top_logprobs", "prompt_logprobs", "mode", "chain_top_logprobs")
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     top_logprobs: int
     prompt_logprobs: int
-    def __init__(self, top_logprobs: _Optional[int] = ..., prompt_logprobs: _Optional[int] = ...) -> None: ...
+    mode: LogprobsMode
+    chain_top_logprobs: bool
+    def __init__(self, top_logprobs: _Optional[int] = ..., prompt_logprobs: _Optional[int] = ..., mode: _Optional[_Union[LogprobsMode, str]] = ..., chain_top_logprobs: _Optional[bool] = ...) -> None: ...
 
 class StructuredOutput(_message.Message):
     __slots__ = ("json_schema", "regex", "grammar", "choice", "json_object")
@@ -143,48 +158,56 @@ class ChoiceList(_message.Message):
     def __init__(self, choices: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StreamOptions(_message.Message):
-    __slots__ = ("max_tokens_per_message", "include_text", "final_only", "coalesce_ms")
+    __slots__ = ("max_tokens_per_message", "include_text", "final_only", "coalesce_ms", "include_prompt_token_ids")
     MAX_TOKENS_PER_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     INCLUDE_TEXT_FIELD_NUMBER: _ClassVar[int]
     FINAL_ONLY_FIELD_NUMBER: _ClassVar[int]
     COALESCE_MS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     max_tokens_per_message: int
     include_text: bool
     final_only: bool
     coalesce_ms: int
-    def __init__(self, max_tokens_per_message: _Optional[int] = ..., include_text: _Optional[bool] = ..., final_only: _Optional[bool] = ..., coalesce_ms: _Optional[int] = ...) -> None: ...
+    include_prompt_token_ids: bool
+    def __init__(self, max_tokens_per_message: _Optional[int] = ..., include_text: _Optional[bool] = ..., final_only: _Optional[bool] = ..., coalesce_ms: _Optional[int] = ..., include_prompt_token_ids: _Optional[bool] = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
-    __slots__ = ("request_id", "output_index", "tokens", "text", "prompt_logprobs", "finish")
+    __slots__ = ("request_id", "output_index", "tokens", "text", "prompt_logprobs", "finish", "prompt_token_ids")
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_INDEX_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     PROMPT_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     FINISH_FIELD_NUMBER: _ClassVar[int]
+    PROMPT_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     request_id: str
     output_index: int
     tokens: TokenBatch
     text: str
     prompt_logprobs: PromptLogprobs
     finish: Finish
-    def __init__(self, request_id: _Optional[str] = ..., output_index: _Optional[int] = ..., tokens: _Optional[_Union[TokenBatch, _Mapping]] = ..., text: _Optional[str] = ..., prompt_logprobs: _Optional[_Union[PromptLogprobs, _Mapping]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ...) -> None: ...
+    prompt_token_ids: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, request_id: _Optional[str] = ..., output_index: _Optional[int] = ..., tokens: _Optional[_Union[TokenBatch, _Mapping]] = ..., text: _Optional[str] = ..., prompt_logprobs: _Optional[_Union[PromptLogprobs, _Mapping]] = ..., finish: _Optional[_Union[Finish, _Mapping]] = ..., prompt_token_ids: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TokenBatch(_message.Message):
-    __slots__ = ("ids", "logprobs", "ranks", "top_k", "top_ids", "top_logprobs")
+    __slots__ = ("ids", "logprobs", "ranks", "top_k", "top_ids", "top_logprobs", "chain_top_ids", "chain_top_logprobs")
     IDS_FIELD_NUMBER: _ClassVar[int]
     LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     RANKS_FIELD_NUMBER: _ClassVar[int]
     TOP_K_FIELD_NUMBER: _ClassVar[int]
     TOP_IDS_FIELD_NUMBER: _ClassVar[int]
     TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_TOP_IDS_FIELD_NUMBER: _ClassVar[int]
+    CHAIN_TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
     ids: _containers.RepeatedScalarFieldContainer[int]
     logprobs: _containers.RepeatedScalarFieldContainer[float]
     ranks: _containers.RepeatedScalarFieldContainer[int]
     top_k: int
     top_ids: _containers.RepeatedScalarFieldContainer[int]
     top_logprobs: _containers.RepeatedScalarFieldContainer[float]
-    def __init__(self, ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., ranks: _Optional[_Iterable[int]] = ..., top_k: _Optional[int] = ..., top_ids: _Optional[_Iterable[int]] = ..., top_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
+    chain_top_ids: _containers.RepeatedScalarFieldContainer[int]
+    chain_top_logprobs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, ids: _Optional[_Iterable[int]] = ..., logprobs: _Optional[_Iterable[float]] = ..., ranks: _Optional[_Iterable[int]] = ..., top_k: _Optional[int] = ..., top_ids: _Optional[_Iterable[int]] = ..., top_logprobs: _Optional[_Iterable[float]] = ..., chain_top_ids: _Optional[_Iterable[int]] = ..., chain_top_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class PromptLogprobs(_message.Message):
     __slots__ = ("tokens",)

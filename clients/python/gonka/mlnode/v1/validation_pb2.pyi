@@ -1,0 +1,106 @@
+from gonka.mlnode.v1 import inference_pb2 as _inference_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class InferenceFailure(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    INFERENCE_FAILURE_UNSPECIFIED: _ClassVar[InferenceFailure]
+    INFERENCE_FAILURE_SIMILARITY_BELOW_THRESHOLD: _ClassVar[InferenceFailure]
+    INFERENCE_FAILURE_LENGTH_DIFFERS: _ClassVar[InferenceFailure]
+    INFERENCE_FAILURE_TOKEN_DIFFERS: _ClassVar[InferenceFailure]
+    INFERENCE_FAILURE_EMPTY_TOP_K: _ClassVar[InferenceFailure]
+    INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE: _ClassVar[InferenceFailure]
+INFERENCE_FAILURE_UNSPECIFIED: InferenceFailure
+INFERENCE_FAILURE_SIMILARITY_BELOW_THRESHOLD: InferenceFailure
+INFERENCE_FAILURE_LENGTH_DIFFERS: InferenceFailure
+INFERENCE_FAILURE_TOKEN_DIFFERS: InferenceFailure
+INFERENCE_FAILURE_EMPTY_TOP_K: InferenceFailure
+INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE: InferenceFailure
+
+class ValidateInferenceRequest(_message.Message):
+    __slots__ = ("items",)
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[InferenceItem]
+    def __init__(self, items: _Optional[_Iterable[_Union[InferenceItem, _Mapping]]] = ...) -> None: ...
+
+class InferenceItem(_message.Message):
+    __slots__ = ("request", "positions", "mode", "threshold", "executor_could_not_serve")
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    POSITIONS_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_COULD_NOT_SERVE_FIELD_NUMBER: _ClassVar[int]
+    request: _inference_pb2.GenerateRequest
+    positions: ExecutorPositions
+    mode: _inference_pb2.LogprobsMode
+    threshold: float
+    executor_could_not_serve: bool
+    def __init__(self, request: _Optional[_Union[_inference_pb2.GenerateRequest, _Mapping]] = ..., positions: _Optional[_Union[ExecutorPositions, _Mapping]] = ..., mode: _Optional[_Union[_inference_pb2.LogprobsMode, str]] = ..., threshold: _Optional[float] = ..., executor_could_not_serve: _Optional[bool] = ...) -> None: ...
+
+class ExecutorPositions(_message.Message):
+    __slots__ = ("token_ids", "top_k", "top_ids", "top_logprobs")
+    TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOP_K_FIELD_NUMBER: _ClassVar[int]
+    TOP_IDS_FIELD_NUMBER: _ClassVar[int]
+    TOP_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    token_ids: _containers.RepeatedScalarFieldContainer[int]
+    top_k: int
+    top_ids: _containers.RepeatedScalarFieldContainer[int]
+    top_logprobs: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, token_ids: _Optional[_Iterable[int]] = ..., top_k: _Optional[int] = ..., top_ids: _Optional[_Iterable[int]] = ..., top_logprobs: _Optional[_Iterable[float]] = ...) -> None: ...
+
+class ValidateInferenceResponse(_message.Message):
+    __slots__ = ("index", "verdict", "error")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    verdict: InferenceVerdict
+    error: ItemError
+    def __init__(self, index: _Optional[int] = ..., verdict: _Optional[_Union[InferenceVerdict, _Mapping]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ...) -> None: ...
+
+class InferenceVerdict(_message.Message):
+    __slots__ = ("passed", "distance", "similarity", "failure", "first_differing_position", "executor_token_id", "replay_token_id", "top_ids_found", "mode", "mode_detected", "replayed_tokens")
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    DISTANCE_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITY_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    FIRST_DIFFERING_POSITION_FIELD_NUMBER: _ClassVar[int]
+    EXECUTOR_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    REPLAY_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOP_IDS_FOUND_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    MODE_DETECTED_FIELD_NUMBER: _ClassVar[int]
+    REPLAYED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    passed: bool
+    distance: float
+    similarity: float
+    failure: InferenceFailure
+    first_differing_position: int
+    executor_token_id: int
+    replay_token_id: int
+    top_ids_found: float
+    mode: _inference_pb2.LogprobsMode
+    mode_detected: bool
+    replayed_tokens: int
+    def __init__(self, passed: _Optional[bool] = ..., distance: _Optional[float] = ..., similarity: _Optional[float] = ..., failure: _Optional[_Union[InferenceFailure, str]] = ..., first_differing_position: _Optional[int] = ..., executor_token_id: _Optional[int] = ..., replay_token_id: _Optional[int] = ..., top_ids_found: _Optional[float] = ..., mode: _Optional[_Union[_inference_pb2.LogprobsMode, str]] = ..., mode_detected: _Optional[bool] = ..., replayed_tokens: _Optional[int] = ...) -> None: ...
+
+class ItemError(_message.Message):
+    __slots__ = ("code", "reason", "field", "message", "retryable")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRYABLE_FIELD_NUMBER: _ClassVar[int]
+    code: str
+    reason: str
+    field: str
+    message: str
+    retryable: bool
+    def __init__(self, code: _Optional[str] = ..., reason: _Optional[str] = ..., field: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...

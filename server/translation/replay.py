@@ -1,0 +1,37 @@
+"""The request's replay fields: enforced tokens and the logprobs mode, checked before the engine sees them."""
+
+from __future__ import annotations
+
+from engine_ext.consensus.logprobs_mode import LogprobsMode
+from engine_ext.model_facts import ModelFacts
+from gonka.mlnode.v1 import inference_pb2 as pb
+from server.errors import invalid_field
+from server.translation.prompt import require_in_vocabulary
+
+LOGPROBS_MODES: dict[int, LogprobsMode | None] = {
+    pb.LOGPROBS_MODE_UNSPECIFIED: None,
+    pb.LOGPROBS_MODE_RAW: LogprobsMode.RAW,
+    pb.LOGPROBS_MODE_PROCESSED: LogprobsMode.PROCESSED,
+}
+
+
+def logprobs_mode(request: pb.GenerateRequest) -> LogprobsMode | None:
+    """The stated mode (None: the server's default)."""
+    options = request.logprobs
+    if options.mode not in LOGPROBS_MODES:
+        known = ", ".join(pb.LogprobsMode.Name(value) for value in LOGPROBS_MODES)
+        raise invalid_field("logprobs.mode", f"unknown mode {options.mode}; expected one of {known}")
+    if options.chain_top_logprobs and not (options.HasField("top_logprobs") and options.top_logprobs >= 1):
+        raise invalid_field("logprobs.chain_top_logprobs", "needs logprobs.top_logprobs >= 1")
+    return LOGPROBS_MODES[options.mode]
+
+
+def enforced_token_ids(request: pb.GenerateRequest, facts: ModelFacts) -> tuple[int, ...] | None:
+    """The tokens a replay forces (None: not a replay); ids outside the vocabulary never reach the engine."""
+    ids = list(request.enforced_token_ids)
+    if not ids:
+        return None
+    require_in_vocabulary(ids, facts, "enforced_token_ids")
+    if request.sampling.HasField("n") and request.sampling.n != 1:
+        raise invalid_field("sampling.n", "a replay (enforced_token_ids) has exactly one output: n must be 1")
+    return tuple(ids)
