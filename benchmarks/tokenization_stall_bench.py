@@ -309,7 +309,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-prompt-chars", type=int, help="passed to the server (default: the server's own)")
     parser.add_argument("--max-request-mb", type=int, help="passed to the server (default: the server's own)")
     parser.add_argument("--streams", type=int, default=16, help="concurrent streams (default: %(default)s)")
-    parser.add_argument("--max-tokens", type=int, default=2000, help="tokens per stream (default: %(default)s)")
+    parser.add_argument("--max-tokens", type=int, default=8000, help="tokens per stream; they must outlast both windows (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=1, help="seed of the big prompt's words (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.streams < 1 or args.max_tokens < 2:

@@ -58,10 +58,10 @@ class MlnodeEngine:
         self._paused = False
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
-        """The request's steps until every output has finished.
+        """Submits the request; returns its steps until every output has finished.
 
-        Raises (before the first step) EnginePaused, RequestRejected or EngineDead; later
-        EngineDead or RequestFailed. Closing the generator early aborts the engine request."""
+        Raises EnginePaused, RequestRejected or EngineDead here; the steps' iterator raises
+        EngineDead or RequestFailed. Closing the iterator early aborts the engine request."""
         if self._paused:
             raise EnginePaused("the engine is paused")
         llm = self._llm
@@ -83,23 +83,31 @@ class MlnodeEngine:
         except ValueError as error:
             part = "constraint" if request.constraint is not None else "request"
             raise RequestRejected(str(error), part) from error
+        if not streamed:
+            reader = RequestOutputReader(request.top_logprobs, request.prompt_logprobs, request.include_text, pad_masked)
+            return self._generated_steps(engine_request, params, request.request_id, reader)
         try:
-            if streamed:
-                stream = await self._token_streams.open(request.request_id, engine_request, pad_masked)
-                async for step in self._token_streams.outputs(stream):
-                    yield step
-            else:
-                reader = RequestOutputReader(request.top_logprobs, request.prompt_logprobs, request.include_text, pad_masked)
-                self._generating.add(request.request_id)
-                try:
-                    async for output in llm.generate(engine_request, params, request.request_id):
-                        yield reader.step(output)
-                finally:
-                    self._generating.discard(request.request_id)
+            stream = await self._token_streams.open(request.request_id, engine_request, pad_masked)
+        except EngineDeadError as error:
+            raise EngineDead("the engine has died") from error
+        # The token stream's own iterator, with no layer between it and the caller: it runs once
+        # per streamed token (its failures already arrive as engine_ext errors).
+        return self._token_streams.outputs(stream)
+
+    async def _generated_steps(
+        self, engine_request: Any, params: Any, request_id: str, reader: RequestOutputReader
+    ) -> AsyncIterator[GenerationStep]:
+        """vLLM's generate() path, as GenerationSteps and engine_ext errors."""
+        self._generating.add(request_id)
+        try:
+            async for output in self._llm.generate(engine_request, params, request_id):
+                yield reader.step(output)
         except EngineDeadError as error:
             raise EngineDead("the engine has died") from error
         except EngineGenerateError as error:
             raise RequestFailed(f"the engine failed the request: {error.__cause__!r}") from error
+        finally:
+            self._generating.discard(request_id)
 
     async def abort(self, request_ids: Collection[str]) -> None:
         """Ends the requests (given by their client-side ids) with finish reason abort."""

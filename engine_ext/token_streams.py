@@ -26,12 +26,21 @@ from typing import Any
 from vllm.sampling_params import RequestOutputKind, SamplingParams
 from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest
 from vllm.v1.engine.async_llm import AsyncLLM
+from vllm.v1.engine.exceptions import EngineDeadError
 from vllm.v1.metrics.stats import IterationStats
 
+from engine_ext.errors import EngineDead, EngineError, RequestFailed
 from engine_ext.logprob_padding import pad_masked_entries
 from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
 from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, unpack
 from engine_ext.request_outputs import finish_reason
+
+
+def stream_failure(error: Exception) -> EngineError:
+    """What a stream's consumer gets when vLLM's output handler fails: the project's own error."""
+    failure = EngineDead("the engine has died") if isinstance(error, EngineDeadError) else RequestFailed(f"the engine failed: {error!r}")
+    failure.__cause__ = error
+    return failure
 
 
 def token_stream_possible(params: SamplingParams) -> bool:
@@ -220,8 +229,9 @@ class TokenStreams:
     def _failing_too(self, propagate_error: Callable[[Exception], None]) -> Callable[[Exception], None]:
         def propagate_error_to_streams(error: Exception) -> None:
             streams, self._streams = list(self._streams.values()), {}
+            failure = stream_failure(error)
             for stream in streams:
-                stream.fail(error)
+                stream.fail(failure)
             propagate_error(error)
 
         return propagate_error_to_streams

@@ -66,7 +66,7 @@ class InferenceServicer:
                 encoder = ResponseEncoder(request_id, plan)
                 # aclosing: however this loop is left, the engine request is aborted at once, not
                 # whenever the abandoned generator is collected.
-                async with aclosing(self._engine.generate(plan.request)) as steps:
+                async with aclosing(await self._engine.generate(plan.request)) as steps:
                     async for step in steps:
                         for message in encoder.encode(step):
                             yield message

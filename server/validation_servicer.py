@@ -12,6 +12,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 
 import grpc
 
@@ -136,11 +137,12 @@ class ValidationServicer:
             raise _within_request(error) from None
         positions: list[Position] = []
         try:
-            async for step in self._engine.generate(plan.request):
-                for delta in step.outputs:
-                    if delta.logprobs is not None:
-                        lists = chain_top_lists(delta.token_ids, delta.logprobs, k)
-                        positions.extend((token, dict(entries)) for token, entries in zip(delta.token_ids, lists))
+            async with aclosing(await self._engine.generate(plan.request)) as steps:
+                async for step in steps:
+                    for delta in step.outputs:
+                        if delta.logprobs is not None:
+                            lists = chain_top_lists(delta.token_ids, delta.logprobs, k)
+                            positions.extend((token, dict(entries)) for token, entries in zip(delta.token_ids, lists))
         except EngineError as error:
             raise engine_failure(error, plan, self._admission) from error
         return positions

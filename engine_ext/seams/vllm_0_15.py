@@ -265,10 +265,18 @@ def _install_logprobs_mode_per_request() -> None:
 
     def forward(self: Any, logits: Any, sampling_metadata: Any, predict_bonus_token: bool = False, logprobs_mode_override: Any = None) -> Any:
         replay = find_replay_rows(sampling_metadata)
-        if sampling_metadata.max_num_logprobs is None or logprobs_mode_override is not None or replay is None:
+        if logprobs_mode_override is not None or replay is None:
             return original(self, logits, sampling_metadata, predict_bonus_token, logprobs_mode_override)
-        modes = replay.logprobs_modes()
         engine_mode = self.logprobs_mode
+        if sampling_metadata.max_num_logprobs is None:
+            # No row wants logprobs: raw mode computes none, while the engine-wide processed mode
+            # would have vLLM's top-k/top-p sampler take a log_softmax of the whole batch anyway.
+            set_mode(self, RAW_LOGPROBS)
+            try:
+                return original(self, logits, sampling_metadata, predict_bonus_token)
+            finally:
+                set_mode(self, engine_mode)
+        modes = replay.logprobs_modes()
         if len(modes) <= 1:
             set_mode(self, next(iter(modes), engine_mode))
             try:

@@ -44,6 +44,9 @@ class StandInEngine:
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         if self.failure is not None:
             raise self.failure
+        return self._steps(request)
+
+    async def _steps(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         try:
             while True:
                 yield GenerationStep([OutputDelta(0, [7], None, "", None)], False)
