@@ -112,20 +112,20 @@ class MlnodeEngine:
     async def abort(self, request_ids: Collection[str]) -> None:
         """Ends the requests (given by their client-side ids) with finish reason abort."""
         streams = self._token_streams.streams_of(request_ids)
-        await self._token_streams.abort(streams)
         streamed = {stream.external_request_id for stream in streams}
-        others = [request_id for request_id in request_ids if request_id not in streamed]
-        if others and not self._llm.errored:
-            await self._llm.abort(others)
+        await self._abort_on_both_paths(streams, [request_id for request_id in request_ids if request_id not in streamed])
 
     async def abort_all(self) -> int:
         """Ends every request in flight, on both paths, with finish reason abort; returns how many."""
-        streams = self._token_streams.all_streams()
+        streams, others = self._token_streams.all_streams(), list(self._generating)
+        await self._abort_on_both_paths(streams, others)
+        return len(streams) + len(others)
+
+    async def _abort_on_both_paths(self, streams: list[Any], others: list[str]) -> None:
+        """Token streams through their own abort; the rest (client-side ids) through vLLM's."""
         await self._token_streams.abort(streams)
-        others = list(self._generating)
         if others and not self._llm.errored:
             await self._llm.abort(others)
-        return len(streams) + len(others)
 
     async def pause(self) -> int:
         """Refuses new requests (EnginePaused) and aborts those in flight; returns how many."""

@@ -31,13 +31,13 @@ from server.engine_failures import engine_failure
 from server.service_registration import decode_request
 from server.translation import RequestTranslator
 from server.translation.prompt import require_in_vocabulary
+from server.translation.replay import LOGPROBS_MODES
 
 log = logging.getLogger(__name__)
 MAX_ITEMS = 1024
 # Replays in flight at once per call: the engine batches them; more would only queue in memory.
 MAX_CONCURRENT_REPLAYS = 128
-MODES = {LogprobsMode.RAW: pb.LOGPROBS_MODE_RAW, LogprobsMode.PROCESSED: pb.LOGPROBS_MODE_PROCESSED}
-STATED_MODES = {pb.LOGPROBS_MODE_RAW: LogprobsMode.RAW, pb.LOGPROBS_MODE_PROCESSED: LogprobsMode.PROCESSED}
+MODES = {mode: value for value, mode in LOGPROBS_MODES.items() if mode is not None}
 FAILURES = {
     None: vpb.INFERENCE_FAILURE_UNSPECIFIED,
     InferenceFailure.SIMILARITY_BELOW_THRESHOLD: vpb.INFERENCE_FAILURE_SIMILARITY_BELOW_THRESHOLD,
@@ -163,7 +163,7 @@ def _executor_positions(positions: vpb.ExecutorPositions) -> list[Position]:
 
 def _mode(item: vpb.InferenceItem, executor: list[Position], default: LogprobsMode) -> tuple[LogprobsMode, bool]:
     """Explicit > detected from the executor's lists > the server's default; and whether it was detected."""
-    stated = STATED_MODES.get(item.mode)
+    stated = LOGPROBS_MODES.get(item.mode)
     if stated is not None:
         return stated, False
     detected = detect_logprobs_mode(top for _, top in executor)
