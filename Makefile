@@ -30,19 +30,25 @@ ENGINE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 CONSTRAINTS ?= requirements/constraints-$(ENGINE).txt
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 LOCK_DIR := .build/lock
+# buf (protobuf lint and breaking-change check), from npm, pinned by requirements/buf/package-lock.json.
+BUF_DIR := .build/buf
+BUF := $(BUF_DIR)/node_modules/.bin/buf
 # This workplace's pip config points at local folders that may be absent; hide that noise only.
 QUIET := 2>&1 | { grep -v "is neither a file nor a directory" || true; }
 
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup run test proto proto-check proto-lint model bench clean lock
+.PHONY: help setup run test proto proto-check proto-lint proto-breaking contract buf model bench clean lock
 
 help:
 	@echo "make run      serve the embedded model on 127.0.0.1:50051 (extra server flags: ARGS='...')"
 	@echo "make test     run the whole suite (extra pytest flags: PYTEST_ARGS='...')"
 	@echo "make bench    serving benchmark against vLLM's OpenAI and gRPC servers (prints a table)"
 	@echo "make proto    regenerate the Python stubs from protos/ (proto-check: fail if stale)"
+	@echo "make go-proto regenerate the Go stubs (go-check: stubs fresh, go vet, build, unit tests; in make test)"
+	@echo "make contract after a proto change: regenerate the stubs, rewrite the contract's revision and digest"
+	@echo "make proto-lint / proto-breaking   buf lint / the breaking-change check (both run in make test)"
 	@echo "make setup    only set up: virtualenv, engine ($(ENGINE)), tools, project, embedded model"
 	@echo "make lock     re-resolve the pinned versions (requirements/constraints-cpu.txt, -gpu.txt)"
 
@@ -90,7 +96,8 @@ model: $(MODEL_DIR)/build_info.json
 run: setup
 	$(PY) -m server $(ARGS)
 
-test: setup proto-check
+# buf is a test tool only (not in setup): serving needs no Node.js.
+test: setup proto-check buf go-check
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 proto: $(STAMPS)/dev
@@ -119,6 +126,51 @@ lock:
 	mv $(LOCK_DIR)/constraints-cpu.txt $(LOCK_DIR)/constraints-gpu.txt requirements/
 	rm -rf $(LOCK_DIR)
 
-# buf's linter, from the npm registry (not part of `make test`: it needs Node.js and a download).
-proto-lint:
-	cd protos && npx --yes @bufbuild/buf lint
+# The stamp lives inside the install (not in $(STAMPS)), so deleting .build alone reinstalls buf.
+# `npm ci` installs exactly the lock. --ignore-scripts: the package's postinstall only swaps its node
+# launcher for the native binary, which the launcher runs anyway (and npm 11 skips it by default).
+$(BUF_DIR)/.installed: requirements/buf/package.json requirements/buf/package-lock.json
+	@command -v npm >/dev/null || { echo "buf: npm (Node.js) is needed to install buf for the tests: apt-get install npm" >&2; exit 1; }
+	rm -rf $(BUF_DIR) && mkdir -p $(BUF_DIR)
+	cp requirements/buf/package.json requirements/buf/package-lock.json $(BUF_DIR)/
+	npm ci --prefix $(BUF_DIR) --ignore-scripts --no-audit --no-fund --loglevel=error
+	@touch $@
+
+buf: $(BUF_DIR)/.installed
+
+proto-lint: buf
+	cd protos && ../$(BUF) lint
+
+proto-breaking: buf $(STAMPS)/dev
+	$(PY) -m protos.breaking
+
+# After any change to protos/: regenerates the stubs, then rewrites REVISION and DIGEST in
+# clients/python/gonka/mlnode/contract.py (the revision: the previous commit's plus one, when the digest changed).
+contract: proto go-proto
+	$(PY) -m protos.contract
+
+# The Go client (clients/go) builds offline in GOPATH mode against Debian's Go packages, which
+# go-setup installs with apt-get when one is missing (a test tool, like buf: serving needs no Go).
+# GO_LANG holds our code to go.mod's `go 1.16` (the toolchain here is 1.19).
+GO := clients/go/gopath.sh
+GO_LANG := -gcflags='github.com/gonka-ai/mlnode-grpc/...=-lang=go1.16'
+
+.PHONY: go-setup go-proto go-proto-check go-check
+
+$(STAMPS)/go-debian: clients/go/debian-packages.txt clients/go/setup-debian.sh
+	clients/go/setup-debian.sh
+	@mkdir -p $(STAMPS) && touch $@
+
+go-setup: $(STAMPS)/go-debian
+
+go-proto: go-setup
+	clients/go/generate.sh
+
+go-proto-check: go-setup
+	clients/go/generate.sh --check
+
+go-check: go-proto-check
+	@unformatted="$$(gofmt -l clients/go)"; [ -z "$$unformatted" ] || { echo "gofmt -w needed: $$unformatted" >&2; exit 1; }
+	$(GO) vet ./...
+	$(GO) build $(GO_LANG) ./...
+	$(GO) test $(GO_LANG) ./...

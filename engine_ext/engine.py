@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import vllm.envs as vllm_envs
+from prometheus_client import CollectorRegistry
 from vllm.inputs import TokensPrompt
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
+from vllm.v1.metrics.prometheus import get_prometheus_registry
 
 from engine_ext.consensus.logprobs_mode import DEFAULT_MODE, LogprobsMode
 from engine_ext.engine_calls import EngineCalls
@@ -26,6 +28,7 @@ from engine_ext.generation_request import GenerationRequest, sampling_params
 from engine_ext.model_facts import ModelFacts, read_model_facts
 from engine_ext.outputs import GenerationStep
 from engine_ext.packed_logprobs import request_packed_logprobs
+from engine_ext.poc.batch import PocBatch, PocBatchResult
 from engine_ext.request_outputs import RequestOutputReader
 from engine_ext.token_streams import TokenStreams, token_stream_possible
 
@@ -43,15 +46,27 @@ class SchedulerState:
     kv_cache_usage: float
 
 
+@dataclass(frozen=True)
+class KvBlockFacts:
+    block_size: int
+    total_blocks: int
+    free_blocks: int
+    # The engine's per-step token budget (a PoC batch's B x S must fit it: the profiled size).
+    max_num_batched_tokens: int
+
+
 class MlnodeEngine:
-    def __init__(self, llm: AsyncLLM, calls: EngineCalls, default_logprobs_mode: LogprobsMode = DEFAULT_MODE) -> None:
+    def __init__(
+        self, llm: AsyncLLM, calls: EngineCalls, default_logprobs_mode: LogprobsMode = DEFAULT_MODE, request_metrics: bool = False
+    ) -> None:
+        """`request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.token_streams)."""
         self._llm = llm
         self.calls = calls
         # For requests that state no logprobs mode (the network's default: processed).
         self.default_logprobs_mode = default_logprobs_mode
         self._eos_token_id = int(llm.get_tokenizer().eos_token_id)
         self._speculative = llm.vllm_config.speculative_config is not None
-        self._token_streams = TokenStreams(llm)
+        self._token_streams = TokenStreams(llm, request_metrics)
         self._token_streams.install()
         # Client-side ids of the requests on vLLM's generate() path (token streams track their own).
         self._generating: set[str] = set()
@@ -143,6 +158,15 @@ class MlnodeEngine:
         state = await self._utility("mlnode_scheduler_state")
         return SchedulerState(**state)
 
+    async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
+        """One PoC batch on KV blocks borrowed for it inside the same engine-core call
+        (engine_ext.poc.block_lease); the result says when too few blocks were free."""
+        call = self._llm.engine_core.call_utility_async("mlnode_poc_forward", batch.to_wire())
+        return PocBatchResult.from_wire(await self._guarded("PoC forward (utility call mlnode_poc_forward)", call))
+
+    async def kv_block_facts(self) -> KvBlockFacts:
+        return KvBlockFacts(**await self._utility("mlnode_kv_block_facts"))
+
     async def require_extension(self) -> None:
         """Fails unless the plugin ran in the engine core (VLLM_PLUGINS can exclude it): without its
         seams the engine would serve, but wrongly."""
@@ -178,6 +202,13 @@ class MlnodeEngine:
     async def log_stats(self) -> None:
         """vLLM's periodic throughput / queue / KV-cache log line, as its own servers print it."""
         await self._llm.do_log_stats()
+
+    def metrics_registry(self) -> CollectorRegistry:
+        """The registry holding vLLM's engine metrics (vllm:*), read as vLLM's OpenAI server reads it
+        for /metrics. vLLM's PrometheusStatLogger creates them in prometheus_client's global registry
+        (it takes no registry), or in per-process files when PROMETHEUS_MULTIPROC_DIR is set; this
+        is the registry that collects them either way. Empty of vllm:* with --disable-log-stats."""
+        return get_prometheus_registry()
 
     @property
     def errored(self) -> bool:

@@ -35,6 +35,8 @@ KV_BYTES_PER_VALUE = 2
 # (engine_ext.seams); vLLM's default, "auto", hands what xgrammar cannot compile to guidance or outlines.
 STRUCTURED_OUTPUT_BACKEND = "xgrammar"
 VLLM_DEFAULT_STRUCTURED_OUTPUT_BACKEND = "auto"
+# The production PoC batch, 32 x 1024 tokens (poc-v2.md section 9).
+POC_MAX_NUM_BATCHED_TOKENS = 32768
 
 
 @dataclass(frozen=True)
@@ -76,13 +78,21 @@ def build_engine_parser(
 
 def engine_args_from(namespace: argparse.Namespace, default_model: DefaultModel) -> EngineSettings:
     if namespace.model is not None:
-        return EngineSettings(_with_xgrammar_by_default(AsyncEngineArgs.from_cli_args(namespace)))
+        return EngineSettings(_with_poc_batch_budget(_with_xgrammar_by_default(AsyncEngineArgs.from_cli_args(namespace))))
     served_names = namespace.served_model_name or [default_model.served_model_name]
     model_dir = default_model.locate()
     args = AsyncEngineArgs.from_cli_args(
         argparse.Namespace(**{**vars(namespace), "model": str(model_dir), "served_model_name": served_names})
     )
-    return EngineSettings(_with_xgrammar_by_default(args), _default_model_environment(args, model_dir))
+    return EngineSettings(_with_poc_batch_budget(_with_xgrammar_by_default(args)), _default_model_environment(args, model_dir))
+
+
+def _with_poc_batch_budget(args: AsyncEngineArgs) -> AsyncEngineArgs:
+    """The network's PoC batch (32 nonces x 1024 tokens) must fit one engine step: the size vLLM
+    profiles (on GPU, workspace-backed kernels assert past it). An operator's value stands."""
+    if args.max_num_batched_tokens is None:
+        args.max_num_batched_tokens = POC_MAX_NUM_BATCHED_TOKENS
+    return args
 
 
 def _with_xgrammar_by_default(args: AsyncEngineArgs) -> AsyncEngineArgs:

@@ -23,6 +23,8 @@ class ModelFacts:
     max_logprobs: int
     tensor_parallel_size: int
     has_chat_template: bool
+    # The residual stream's width (H of the PoC spec).
+    hidden_size: int = 0
 
     @property
     def max_token_id(self) -> int:
@@ -49,4 +51,5 @@ def read_model_facts(vllm_config: Any, tokenizer: Any) -> ModelFacts:
         max_logprobs=max_logprobs,
         tensor_parallel_size=int(vllm_config.parallel_config.tensor_parallel_size),
         has_chat_template=getattr(tokenizer, "chat_template", None) is not None,
+        hidden_size=int(model_config.get_hidden_size()),
     )

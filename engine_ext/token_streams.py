@@ -9,12 +9,13 @@ straight to the consuming task: the tokens and the engine's own logprob arrays a
 request's stream and the task is woken through one future.
 
 What stays vLLM's: input processing and validation (InputProcessor), scheduling, the engine core,
-the output handler task, and the token counts behind vLLM's periodic throughput log line. Not
-recorded for token streams: vLLM's per-token and per-request latency histograms, which only its
-Prometheus logger reads, and this server exports no Prometheus metrics (a metrics endpoint would
-have to add them back, at about 2 µs per token). The hook is one wrapper on the AsyncLLM's own
-OutputProcessor instance (`install`), which routes a stream's outputs away before vLLM's
-processing sees them.
+the output handler task, and the step statistics vLLM's stat loggers read. By default a token
+stream adds only its token counts to them (vLLM's periodic throughput log line); with request
+metrics on (the server's --metrics-port), it records each output as vLLM's OutputProcessor records
+its own requests' (the seam record_token_stream_step), so vLLM's Prometheus metrics (request
+counts, time to first token, inter-token and end-to-end latency...) count both paths alike. The
+hook is one wrapper on the AsyncLLM's own OutputProcessor instance (`install`), which routes a
+stream's outputs away before vLLM's processing sees them.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from engine_ext.logprob_padding import pad_masked_entries
 from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
 from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, unpack
 from engine_ext.request_outputs import finish_reason
+from engine_ext.seams import record_token_stream_step, token_stream_request_stats
 
 
 def stream_failure(error: Exception) -> EngineError:
@@ -58,7 +60,14 @@ class TokenStream:
     """One request's undelivered output: the output handler appends, the request's task takes."""
 
     def __init__(
-        self, engine_request_id: str, external_request_id: str, prompt_length: int, top_logprobs: int | None, pad_masked: bool = False
+        self,
+        engine_request_id: str,
+        external_request_id: str,
+        prompt_length: int,
+        top_logprobs: int | None,
+        pad_masked: bool = False,
+        request_stats: Any | None = None,
+        max_tokens: int | None = None,
     ) -> None:
         self.engine_request_id = engine_request_id
         self.external_request_id = external_request_id
@@ -66,6 +75,9 @@ class TokenStream:
         self.top_logprobs = top_logprobs
         # Processed-mode logprobs: masked top-k entries take the lowest ids (engine_ext.logprob_padding).
         self.pad_masked = pad_masked
+        # vLLM's per-request statistics state, when request metrics are on (else only tokens are counted).
+        self.request_stats = request_stats
+        self.max_tokens = max_tokens
         self.prefilling = True
         self.done = False  # the final output (finish or error) has been appended
         self._token_ids: list[int] = []
@@ -135,9 +147,13 @@ class TokenStream:
 class TokenStreams:
     """The AsyncLLM's token streams, by engine request id."""
 
-    def __init__(self, llm: AsyncLLM) -> None:
+    def __init__(self, llm: AsyncLLM, request_metrics: bool = False) -> None:
+        """`request_metrics`: record each stream's outputs as vLLM records its own requests' (about
+        2 µs per token, what vLLM's path spends on it), not only its token counts."""
         self._llm = llm
         self._streams: dict[str, TokenStream] = {}
+        # Only where vLLM keeps statistics at all (not with --disable-log-stats).
+        self._request_metrics = request_metrics and llm.log_stats
 
     @property
     def enabled(self) -> bool:
@@ -156,8 +172,15 @@ class TokenStreams:
         llm = self._llm
         llm.input_processor.assign_request_id(request)
         llm._run_output_handler()  # started lazily by vLLM on its first request
+        params = request.sampling_params
         stream = TokenStream(
-            request.request_id, request_id, len(request.prompt_token_ids or ()), request.sampling_params.logprobs, pad_masked
+            request.request_id,
+            request_id,
+            len(request.prompt_token_ids or ()),
+            params.logprobs,
+            pad_masked,
+            token_stream_request_stats(request.arrival_time) if self._request_metrics else None,
+            params.max_tokens,
         )
         self._streams[stream.engine_request_id] = stream
         try:
@@ -202,12 +225,14 @@ class TokenStreams:
             iteration_stats: IterationStats | None = None,
         ) -> Any:
             if self._streams:
-                engine_core_outputs = self._deliver(engine_core_outputs, iteration_stats)
+                engine_core_outputs = self._deliver(engine_core_outputs, engine_core_timestamp, iteration_stats)
             return process_outputs(engine_core_outputs, engine_core_timestamp, iteration_stats)
 
         return process_outputs_and_streams
 
-    def _deliver(self, outputs: list[EngineCoreOutput], iteration_stats: IterationStats | None) -> list[EngineCoreOutput]:
+    def _deliver(
+        self, outputs: list[EngineCoreOutput], engine_core_timestamp: float | None, iteration_stats: IterationStats | None
+    ) -> list[EngineCoreOutput]:
         """Appends the streams' outputs to them; returns the others, for vLLM's own processing."""
         streams = self._streams
         others: list[EngineCoreOutput] = []
@@ -217,9 +242,21 @@ class TokenStreams:
                 others.append(output)
                 continue
             if iteration_stats is not None:
-                iteration_stats.num_generation_tokens += len(output.new_token_ids)
-                if stream.prefilling:
-                    iteration_stats.num_prompt_tokens += stream.prompt_length
+                if stream.request_stats is not None:
+                    record_token_stream_step(
+                        iteration_stats,
+                        output,
+                        engine_core_timestamp,
+                        stream.request_stats,
+                        stream.prefilling,
+                        stream.prompt_length,
+                        stream.max_tokens,
+                        self._llm.output_processor.lora_states,
+                    )
+                else:
+                    iteration_stats.num_generation_tokens += len(output.new_token_ids)
+                    if stream.prefilling:
+                        iteration_stats.num_prompt_tokens += stream.prompt_length
             stream.prefilling = False
             stream.append(output)
             if stream.done:

@@ -13,3 +13,17 @@ class MlnodeWorkerExtension:
         from engine_ext.process_report import describe_this_process
 
         return describe_this_process()
+
+    def mlnode_poc_forward(self, wire_batch: dict[str, Any], block_ids: list[list[int]]) -> dict[str, Any] | None:
+        """One PoC batch on this rank (engine_ext.poc.worker_forward), on KV blocks the engine core
+        borrowed for it; None on ranks that do not compute the head."""
+        from engine_ext.poc.batch import PocBatch
+        from engine_ext.poc.worker_forward import PocWorkerForward
+
+        # The worker object owns its PoC state (prefetched inputs, reflection vectors); the
+        # attribute is this extension's, created on first use.
+        forward = getattr(self, "_mlnode_poc_forward", None)
+        if forward is None:
+            forward = PocWorkerForward(self.model_runner)
+            self._mlnode_poc_forward = forward
+        return forward.run(PocBatch.from_wire(wire_batch), block_ids).to_wire()

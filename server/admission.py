@@ -1,17 +1,29 @@
-"""Whether new work is admitted; closed once shutdown begins."""
+"""Whether new work is admitted: closed once shutdown begins, bounded in concurrent streams, and, for
+inference, held off while the priority gate is closed for a mining round."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import grpc
 
 from server.errors import Reason, ServiceError
+from server.poc.priority_gate import PriorityGate
 
 SHUTDOWN_RETRY_AFTER_SECONDS = 1.0
+# Streams end every few seconds under load; retrying sooner would mostly meet the same bound.
+BUSY_RETRY_AFTER_SECONDS = 1.0
 
 
 class Admission:
-    def __init__(self) -> None:
+    def __init__(self, max_streams: int = 0, gate: PriorityGate | None = None) -> None:
+        """`max_streams`: inference streams admitted at once; 0 admits any number. `gate`: the
+        priority gate inference waits behind while a mining round runs."""
         self._open = True
+        self.gate = gate or PriorityGate()
+        self._max_streams = max_streams
+        self._streams = 0
 
     def close(self) -> None:
         self._open = False
@@ -23,6 +35,30 @@ class Admission:
     def require_open(self) -> None:
         if not self._open:
             raise self.refusal()
+
+    @contextmanager
+    def stream(self) -> Iterator[None]:
+        """Holds one stream slot while the block runs; refused (before any engine work) when shutting
+        down or when every slot is taken."""
+        self.require_open()
+        if self._max_streams and self._streams >= self._max_streams:
+            raise ServiceError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                Reason.TOO_MANY_STREAMS,
+                f"the server already serves {self._max_streams} streams, its bound (--max-concurrent-streams); "
+                "retry later or send the request to another node",
+                retry_after_seconds=BUSY_RETRY_AFTER_SECONDS,
+            )
+        self._streams += 1
+        try:
+            yield
+        finally:
+            self._streams -= 1
+
+    def require_inference_admitted(self) -> None:
+        """For work that runs inference on the engine (Generate, ValidateInference)."""
+        self.require_open()
+        self.gate.require_open()
 
     def refusal(self) -> ServiceError:
         return ServiceError(

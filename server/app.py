@@ -13,15 +13,21 @@ from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.engine import ExtensionMissing, MlnodeEngine
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.engine_factory import EngineConfigurationError, create_engine
-from engine_ext.runtime import component_versions, freeze_startup_heap
+from engine_ext.runtime import cache_vllm_environment, component_versions, freeze_startup_heap
 from engine_ext.vllm_version import UnsupportedVllmVersion
 from gonka.mlnode.v1 import inference_pb2 as pb
+from gonka.mlnode.v1 import poc_pb2
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.admission import Admission
+from server.auth import AuthInterceptor, Authorizer
+from server.credentials import ServerCredentials, TlsMaterial
 from server.engine_watch import watch_engine
 from server.health import HealthService
 from server.inference_servicer import InferenceServicer
+from server.metrics.exporter import ServerMetrics
 from server.options import ServerOptions
+from server.poc.gate_interceptor import GateInterceptor
+from server.poc.wiring import PocComponents, poc_limits
 from server.reflection import enable_reflection
 from server.request_registry import RequestRegistry
 from server.service_registration import add_raw_request_service
@@ -36,7 +42,16 @@ log = logging.getLogger(__name__)
 
 INFERENCE_SERVICE = pb.DESCRIPTOR.services_by_name["InferenceService"]
 VALIDATION_SERVICE = vpb.DESCRIPTOR.services_by_name["ValidationService"]
-HEALTH_CHECKED_SERVICES = ("", INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name)
+POC_SERVICE = poc_pb2.DESCRIPTOR.services_by_name["PocService"]
+HEALTH_CHECKED_SERVICES = ("", INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name, POC_SERVICE.full_name)
+# NOT_SERVING while a mining round runs (ValidationService stays SERVING: ValidatePocArtifacts runs
+# during rounds, and ValidateInference is refused by the gate itself).
+GATED_SERVICES = (INFERENCE_SERVICE.full_name,)
+# Inference on the engine: refused while a mining round runs.
+GATED_METHODS = (
+    f"/{INFERENCE_SERVICE.full_name}/Generate",
+    f"/{VALIDATION_SERVICE.full_name}/ValidateInference",
+)
 # After the grace, aborted streams get this long to deliver their final (abort) message.
 ABORT_FLUSH_SECONDS = 2.0
 MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
@@ -44,28 +59,41 @@ MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
 # 4 characters per token), while keeping the tokenization of a refused prompt short.
 DEFAULT_PROMPT_CHARS_PER_TOKEN = 16
 LOGPROBS_MODES = {"processed": LogprobsMode.PROCESSED, "raw": LogprobsMode.RAW}
+# gRPC's default: the third ping that comes too early ends the connection.
+MAX_PING_STRIKES = 2
 
 
-def grpc_server_options(max_request_bytes: int) -> tuple[tuple[str, Any], ...]:
+def grpc_server_options(options: ServerOptions) -> tuple[tuple[str, Any], ...]:
     return (
         # A second server must fail to bind, not silently share the port.
         ("grpc.so_reuseport", 0),
         ("grpc.max_send_message_length", MAX_SEND_MESSAGE_BYTES),
         # Larger requests get RESOURCE_EXHAUSTED from grpc itself, before any handler runs.
-        ("grpc.max_receive_message_length", max_request_bytes),
-        ("grpc.keepalive_time_ms", 30_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.max_receive_message_length", options.max_request_bytes),
+        # The server pings every connection, quiet streams included, and closes one whose peer no
+        # longer answers; a live client answers by itself, so a stream may stay silent for as long
+        # as it needs (a long prompt, a full queue, a coalesce window).
+        ("grpc.keepalive_time_ms", _milliseconds(options.keepalive_time_seconds)),
+        ("grpc.keepalive_timeout_ms", _milliseconds(options.keepalive_timeout_seconds)),
         ("grpc.keepalive_permit_without_calls", 1),
-        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        # The server's own pings continue however long it has sent no data.
         ("grpc.http2.max_pings_without_data", 0),
+        # Client pings: one per interval is allowed while the server sends nothing; each earlier one
+        # is a strike, and one strike past the limit ends the connection with GOAWAY (too_many_pings).
+        ("grpc.http2.min_ping_interval_without_data_ms", _milliseconds(options.keepalive_min_ping_interval_seconds)),
+        ("grpc.http2.max_ping_strikes", MAX_PING_STRIKES),
     )
+
+
+def _milliseconds(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
 
 
 class StartupError(RuntimeError):
     pass
 
 
-async def serve(options: ServerOptions, engine_args: Any) -> int:
+async def serve(options: ServerOptions, credentials: ServerCredentials, engine_args: Any) -> int:
     # Installed before the engine's blocking start: a signal that arrives meanwhile is only noted
     # (a Python-level handler raising inside vLLM's startup poll would be swallowed) and acted on
     # once the engine is up, so its processes are always shut down, never orphaned.
@@ -73,16 +101,18 @@ async def serve(options: ServerOptions, engine_args: Any) -> int:
     trigger.install_signal_handlers()
     calls = EngineCalls(options.engine_call_timeout_seconds, options.engine_stuck_seconds)
     try:
-        engine = create_engine(engine_args, calls, LOGPROBS_MODES[options.default_logprobs_mode])
+        # With metrics, token streams feed vLLM's per-request metrics too (about 2 µs a token).
+        request_metrics = options.metrics is not None
+        engine = create_engine(engine_args, calls, LOGPROBS_MODES[options.default_logprobs_mode], request_metrics)
     except (EngineConfigurationError, UnsupportedVllmVersion) as error:
         raise StartupError(str(error)) from error
     try:
-        return await _serve_engine(engine, options, trigger)
+        return await _serve_engine(engine, options, credentials, trigger)
     finally:
         engine.shutdown()
 
 
-async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, trigger: ShutdownTrigger) -> int:
+async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credentials: ServerCredentials, trigger: ShutdownTrigger) -> int:
     try:
         await engine.require_extension()
     except ExtensionMissing as error:
@@ -95,29 +125,57 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, trigger: S
     )
     tokenizers = TokenizerPool(tokenizer)
     registry = RequestRegistry()
-    admission = Admission()
+    admission = Admission(options.max_concurrent_streams)
+    authorizer = Authorizer(credentials.auth_token)
     health = HealthService()
+    kv_blocks = await engine.kv_block_facts()
+    poc = PocComponents(
+        engine,
+        poc_limits(facts, kv_blocks.max_num_batched_tokens),
+        admission,
+        health,
+        GATED_SERVICES,
+        POC_SERVICE.full_name,
+        options.poc,
+    )
     translator = RequestTranslator(facts, PromptReader(facts, limits, tokenizers))
     versions = pb.Versions(**component_versions(), grpc=grpc.__version__)
-    servicer = InferenceServicer(engine, facts, limits, options.max_request_bytes, translator, registry, admission, versions)
+    servicer = InferenceServicer(engine, facts, limits, options.max_request_bytes, translator, registry, admission, versions, authorizer)
 
-    server = grpc.aio.server(options=grpc_server_options(options.max_request_bytes))
+    metrics = None if options.metrics is None else ServerMetrics(options.metrics, engine.metrics_registry(), poc.control)
+    # Authorization first: a refused caller reaches no other interceptor and learns nothing else.
+    # Metrics before it: they only watch, and count refused calls with their code and reason too.
+    interceptors = (
+        *(() if metrics is None else (metrics.interceptor,)),
+        AuthInterceptor(authorizer),
+        GateInterceptor(admission.gate, GATED_METHODS),
+    )
+    server = grpc.aio.server(interceptors=interceptors, options=grpc_server_options(options))
     add_raw_request_service(server, INFERENCE_SERVICE, servicer)
-    add_raw_request_service(server, VALIDATION_SERVICE, ValidationServicer(engine, facts, translator, admission))
+    validation = ValidationServicer(engine, facts, translator, admission, poc.runner, poc.limits, poc.deliver_validated)
+    add_raw_request_service(server, VALIDATION_SERVICE, validation)
+    add_raw_request_service(server, POC_SERVICE, poc.servicer)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     health_service = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-    enable_reflection(server, (INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name, health_service))
+    enable_reflection(server, (INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name, POC_SERVICE.full_name, health_service))
     try:
-        server.add_insecure_port(options.address)
+        _listen(server, options.address, credentials.tls)
     except RuntimeError as error:
         raise StartupError(f"cannot listen on {options.address}: {error}") from error
+    if metrics is not None:
+        try:
+            await metrics.start(engine.logs_stats)
+        except OSError as error:
+            raise StartupError(f"cannot listen on {options.metrics.address} (--metrics-port): {error}") from error
     freeze_startup_heap()
+    cache_vllm_environment()
     await server.start()
     for service in HEALTH_CHECKED_SERVICES:
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)
-    log.info("serving %s on %s", facts.served_model_name, options.address)
+    log.info("serving %s on %s (%s)", facts.served_model_name, options.address, credentials.summary())
 
-    background = [asyncio.create_task(watch_engine(engine, trigger, health, HEALTH_CHECKED_SERVICES, admission))]
+    poc.start_spool_delivery()
+    background = [asyncio.create_task(watch_engine(engine, trigger, health, HEALTH_CHECKED_SERVICES, admission, GATED_SERVICES))]
     if engine.logs_stats:
         background.append(asyncio.create_task(_log_engine_stats(engine)))
     await trigger.wait()
@@ -126,11 +184,23 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, trigger: S
     log.info("shutting down (%s)", trigger.reason)
     admission.close()
     await health.enter_graceful_shutdown()
+    # A running round stops (its forward in flight returns; subscribers get their final message) and
+    # callbacks get a bounded flush; what the receivers did not take is spooled.
+    await poc.shutdown()
     await _drain(engine, registry, trigger, options.shutdown_grace_seconds)
     await server.stop(grace=ABORT_FLUSH_SECONDS)
+    if metrics is not None:
+        await metrics.stop()
     tokenizers.close()
     log.info("stopped")
     return trigger.exit_code
+
+
+def _listen(server: grpc.aio.Server, address: str, tls: TlsMaterial | None) -> None:
+    if tls is None:
+        server.add_insecure_port(address)
+    else:
+        server.add_secure_port(address, tls.server_credentials())
 
 
 async def _drain(engine: MlnodeEngine, registry: RequestRegistry, trigger: ShutdownTrigger, grace: float) -> None:

@@ -1,16 +1,18 @@
 """`python -m server`: the gRPC server's command line (server flags plus every vLLM engine argument).
 
-Importing vLLM takes about 10 seconds, so the server's own flags are read and its port checked
-first, and `--help=server` is answered, before anything imports it.
+Importing vLLM takes about 10 seconds, so the server's own flags are read, its port checked and its
+TLS files and auth token read first, and `--help=server` is answered, before anything imports it.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 
 import uvloop
 
+from server.credentials import CredentialsError, load_credentials
 from server.embedded_model import DEFAULT_MODEL_DIR, ensure_embedded_model
 from server.listen_port import PortUnavailable, require_port_free
 from server.options import SERVER_GROUP, ServerOptions, add_server_arguments, parse_server_flags, server_help
@@ -36,9 +38,11 @@ def main(argv: list[str] | None = None) -> None:
         print(server_help(PROG), end="")
         sys.exit(0)
     if not _asks_for_help(argv):
+        options = ServerOptions.from_args(parse_server_flags(PROG, argv))
         try:
-            require_port_free(ServerOptions.from_args(parse_server_flags(PROG, argv)))
-        except PortUnavailable as error:
+            require_port_free(options)
+            load_credentials(options, os.environ)
+        except (PortUnavailable, CredentialsError) as error:
             sys.exit(_refused(error))
     sys.exit(_serve(argv))
 
@@ -53,11 +57,12 @@ def _serve(argv: list[str]) -> int:
     options = ServerOptions.from_args(namespace)
     try:
         # Again, on what vLLM's parser read: a --config file, or a flag spelled with underscores,
-        # can name an address the first look did not see.
+        # can name an address or a file the first look did not see.
         require_port_free(options)
+        credentials = load_credentials(options, os.environ)
         # uvloop, as vLLM's own servers use: about a tenth less API-process CPU per streamed token.
-        return uvloop.run(serve(options, engine_args_from(namespace, embedded)))
-    except (PortUnavailable, StartupError) as error:
+        return uvloop.run(serve(options, credentials, engine_args_from(namespace, embedded)))
+    except (PortUnavailable, CredentialsError, StartupError) as error:
         return _refused(error)
 
 

@@ -26,6 +26,9 @@ def engine_failure(error: Exception, plan: GenerationPlan | None, admission: Adm
     if isinstance(error, EnginePaused):
         if not admission.is_open:
             return admission.refusal()
+        if admission.gate.closed:
+            # It slipped past the gate interceptor while the round was starting.
+            return admission.gate.refusal()
         return ServiceError(
             grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_PAUSED, "the engine is paused", retry_after_seconds=PAUSED_RETRY_AFTER_SECONDS
         )

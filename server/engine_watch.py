@@ -19,8 +19,15 @@ WATCH_INTERVAL_SECONDS = 0.5
 
 
 async def watch_engine(
-    engine: MlnodeEngine, trigger: ShutdownTrigger, health: HealthService, services: Sequence[str], admission: Admission
+    engine: MlnodeEngine,
+    trigger: ShutdownTrigger,
+    health: HealthService,
+    services: Sequence[str],
+    admission: Admission,
+    gated_services: Sequence[str] = (),
 ) -> None:
+    """`gated_services` stay NOT_SERVING while the priority gate is closed (a mining round runs),
+    whatever the engine does."""
     stuck = False
     while not engine.errored:
         await asyncio.sleep(WATCH_INTERVAL_SECONDS)
@@ -34,6 +41,7 @@ async def watch_engine(
             log.warning("the engine answers again; health reports SERVING")
         status = health_pb2.HealthCheckResponse.NOT_SERVING if stuck else health_pb2.HealthCheckResponse.SERVING
         for service in services:
-            await health.set(service, status)
+            held = admission.gate.closed and service in gated_services
+            await health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING if held else status)
     log.error("the engine died; going down")
     trigger.request("engine died", exit_code=1)

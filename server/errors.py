@@ -29,8 +29,11 @@ class ServiceError(Exception):
         message: str,
         field: str | None = None,
         retry_after_seconds: float | None = None,
+        metadata: dict[str, str] | None = None,
     ) -> None:
         super().__init__(message)
+        # Extra ErrorInfo.metadata entries (for example the identity of a conflicting round).
+        self.metadata = dict(metadata or {})
         self.code = code
         self.reason = reason
         self.message = message
@@ -43,6 +46,7 @@ class ServiceError(Exception):
 
     def to_status_proto(self) -> status_pb2.Status:
         info = error_details_pb2.ErrorInfo(reason=self.reason_name, domain=ERROR_DOMAIN)
+        info.metadata.update(self.metadata)
         if self.field:
             info.metadata["field"] = self.field
         details = [info]
@@ -60,8 +64,12 @@ class ServiceError(Exception):
             packed.append(wrapper)
         return status_pb2.Status(code=self.code.value[0], message=self.message, details=packed)
 
-    def trailing_metadata(self) -> tuple[tuple[str, bytes], ...]:
-        return (("grpc-status-details-bin", self.to_status_proto().SerializeToString()),)
+    def trailing_metadata(self) -> tuple[tuple[str, bytes | str], ...]:
+        trailers: tuple[tuple[str, bytes | str], ...] = (("grpc-status-details-bin", self.to_status_proto().SerializeToString()),)
+        if self.retry_after_seconds is not None:
+            # gRPC's own retry policies read this trailer (gRFC A6), not RetryInfo.
+            trailers += (("grpc-retry-pushback-ms", str(round(self.retry_after_seconds * 1000))),)
+        return trailers
 
 
 def invalid_field(field: str, message: str, reason: int = Reason.INVALID_FIELD) -> ServiceError:

@@ -17,8 +17,11 @@ import grpc
 
 from engine_ext.engine import MlnodeEngine
 from engine_ext.model_facts import ModelFacts
+from engine_ext.outputs import FinishReason, GenerationStep
+from gonka.mlnode import contract
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.admission import Admission
+from server.auth import Authorizer
 from server.engine_failures import engine_failure
 from server.errors import Reason, ServiceError, abort_with
 from server.request_registry import RequestRegistry
@@ -40,6 +43,7 @@ class InferenceServicer:
         registry: RequestRegistry,
         admission: Admission,
         versions: pb.Versions,
+        authorizer: Authorizer,
     ) -> None:
         self._engine = engine
         self._facts = facts
@@ -49,6 +53,7 @@ class InferenceServicer:
         self._registry = registry
         self._admission = admission
         self._versions = versions
+        self._authorizer = authorizer
         self._started = time.monotonic()
 
     async def Generate(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateResponse]:
@@ -59,9 +64,10 @@ class InferenceServicer:
         plan: GenerationPlan | None = None
         try:
             request = decode_request(pb.GenerateRequest, raw)
-            self._admission.require_open()
+            self._admission.require_inference_admitted()
+            gate_closings = self._admission.gate.closings
             request_id = request.request_id or uuid.uuid4().hex
-            with self._registry.track(request_id) as entry:
+            with self._admission.stream(), self._registry.track(request_id) as entry:
                 plan = await self._translator.plan(request, request_id)
                 encoder = ResponseEncoder(request_id, plan)
                 # aclosing: however this loop is left, the engine request is aborted at once, not
@@ -71,6 +77,9 @@ class InferenceServicer:
                         for message in encoder.encode(step):
                             yield message
                         if step.finished:
+                            if _aborted(step) and not entry.abort_requested and self._admission.gate.closings != gate_closings:
+                                # A mining round started while it ran, and aborted it.
+                                failure = self._admission.gate.preemption()
                             break
                         if entry.abort_requested:
                             await self._engine.abort([request_id])
@@ -123,8 +132,18 @@ class InferenceServicer:
 
     async def GetServerStatus(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.GetServerStatusResponse:
         request = await self._decoded(pb.GetServerStatusRequest, raw, context)
+        if request.include_engine_processes:
+            # Pids, versions and seams of the engine processes describe the host: a control RPC's
+            # answer (server.auth). Only the decoded request tells, hence here and not in the interceptor.
+            await self._authorizer.require(context, "GetServerStatus with include_engine_processes")
         response = pb.GetServerStatusResponse(
-            active_streams=len(self._registry), uptime_seconds=time.monotonic() - self._started, versions=self._versions
+            active_streams=len(self._registry),
+            uptime_seconds=time.monotonic() - self._started,
+            versions=self._versions,
+            contract_revision=contract.REVISION,
+            contract_digest=contract.DIGEST,
+            inference_gate_closed=self._admission.gate.closed,
+            poc_round_id=self._admission.gate.round_id or "",
         )
         problem = self._engine.calls.problem()
         if problem is not None:
@@ -149,6 +168,10 @@ class InferenceServicer:
             return decode_request(message_class, raw)
         except ServiceError as error:
             await abort_with(context, error)
+
+def _aborted(step: GenerationStep) -> bool:
+    return any(delta.finish is not None and delta.finish.reason is FinishReason.ABORT for delta in step.outputs)
+
 
 def _engine_process(role: int, report: dict) -> pb.EngineProcess:
     return pb.EngineProcess(role=role, pid=report["pid"], vllm_version=report["vllm_version"], seams=report["seams"])

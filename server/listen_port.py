@@ -1,4 +1,4 @@
-"""Is the server's address free to listen on? Asked before the engine (and vLLM) is loaded."""
+"""Are the server's addresses free to listen on? Asked before the engine (and vLLM) is loaded."""
 
 from __future__ import annotations
 
@@ -13,14 +13,24 @@ class PortUnavailable(RuntimeError):
 
 
 def require_port_free(options: ServerOptions) -> None:
-    """Fails in a fraction of a second instead of after vLLM's import and the engine's start."""
-    family = socket.AF_INET6 if ":" in options.host else socket.AF_INET
+    """Fails in a fraction of a second instead of after vLLM's import and the engine's start: the
+    gRPC address, and the metrics endpoint's when --metrics-port is given."""
+    _require_free(options.host, options.port, options.address)
+    metrics = options.metrics
+    if metrics is not None:
+        if metrics.port == options.port:
+            raise PortUnavailable(f"--metrics-port {metrics.port} is the gRPC port (--port): give it a port of its own")
+        _require_free(metrics.host, metrics.port, metrics.address)
+
+
+def _require_free(host: str, port: int, address: str) -> None:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         # Like gRPC's own listener: a TIME_WAIT leftover is fine, a live listener is not.
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            probe.bind((options.host, options.port))
+            probe.bind((host, port))
         except OSError as error:
             if error.errno == errno.EADDRINUSE:
-                raise PortUnavailable(f"{options.address} is already in use by another process") from error
-            raise PortUnavailable(f"cannot listen on {options.address}: {error.strerror}") from error
+                raise PortUnavailable(f"{address} is already in use by another process") from error
+            raise PortUnavailable(f"cannot listen on {address}: {error.strerror}") from error

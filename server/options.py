@@ -11,6 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from server.metrics.options import MetricsOptions, add_metrics_arguments, metrics_options_from
+from server.poc.options import PocOptions, add_poc_arguments, poc_options_from
+
 SERVER_GROUP = "server"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 50051
@@ -22,6 +25,16 @@ DEFAULT_ENGINE_STUCK_SECONDS = 120.0
 LOGPROBS_MODES = ("processed", "raw")
 DEFAULT_LOGPROBS_MODE = "processed"
 MIB = 1024 * 1024
+# Far above what one engine serves at once (vLLM batches 128-1024 sequences), low enough that a
+# flood of streams is refused before it costs tokenization and memory.
+DEFAULT_MAX_CONCURRENT_STREAMS = 1024
+# The server pings an idle connection this often and drops it when a ping goes unanswered this long.
+DEFAULT_KEEPALIVE_TIME_SECONDS = 30.0
+DEFAULT_KEEPALIVE_TIMEOUT_SECONDS = 10.0
+# Clients may ping at most this often while the server sends nothing; more often earns a GOAWAY.
+DEFAULT_KEEPALIVE_MIN_PING_INTERVAL_SECONDS = 10.0
+# The environment variable that may hold the control RPCs' bearer token (server and clients alike).
+AUTH_TOKEN_ENV = "MLNODE_AUTH_TOKEN"
 
 N = TypeVar("N", int, float)
 
@@ -42,6 +55,20 @@ class ServerOptions:
     engine_stuck_seconds: float
     # For requests that state no logprobs mode: "processed" or "raw".
     default_logprobs_mode: str = DEFAULT_LOGPROBS_MODE
+    # PEM files (server.credentials reads them). A client CA makes client certificates required.
+    tls_cert_file: str | None = None
+    tls_key_file: str | None = None
+    tls_client_ca_file: str | None = None
+    # The control RPCs' bearer token is read from this file (or AUTH_TOKEN_ENV), never from a flag.
+    auth_token_file: str | None = None
+    # Inference streams (Generate, ValidateInference) served at once; 0: no bound.
+    max_concurrent_streams: int = DEFAULT_MAX_CONCURRENT_STREAMS
+    keepalive_time_seconds: float = DEFAULT_KEEPALIVE_TIME_SECONDS
+    keepalive_timeout_seconds: float = DEFAULT_KEEPALIVE_TIMEOUT_SECONDS
+    keepalive_min_ping_interval_seconds: float = DEFAULT_KEEPALIVE_MIN_PING_INTERVAL_SECONDS
+    poc: PocOptions = PocOptions()
+    # None: no metrics endpoint (--metrics-port not given), and nothing recorded for one.
+    metrics: MetricsOptions | None = None
 
     @property
     def address(self) -> str:
@@ -59,6 +86,16 @@ class ServerOptions:
             engine_call_timeout_seconds=args.engine_call_timeout,
             engine_stuck_seconds=args.engine_stuck_after,
             default_logprobs_mode=args.default_logprobs_mode,
+            tls_cert_file=args.tls_cert,
+            tls_key_file=args.tls_key,
+            tls_client_ca_file=args.tls_client_ca,
+            auth_token_file=args.auth_token_file,
+            max_concurrent_streams=args.max_concurrent_streams,
+            keepalive_time_seconds=args.keepalive_time,
+            keepalive_timeout_seconds=args.keepalive_timeout,
+            keepalive_min_ping_interval_seconds=args.keepalive_min_ping_interval,
+            poc=poc_options_from(args),
+            metrics=metrics_options_from(args),
         )
 
 
@@ -111,6 +148,79 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         help="how logprobs are computed for requests that state no mode: processed (after penalties, temperature "
         "and top-k/top-p, as the network reports them) or raw (the model's own distribution) (default: %(default)s)",
     )
+    _add_security_arguments(group)
+    _add_limit_arguments(group)
+    add_poc_arguments(parser)
+    add_metrics_arguments(parser)
+
+
+def _add_security_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (needs --tls-key)")
+    group.add_argument("--tls-key", metavar="PEM", help="the TLS certificate's private key (needs --tls-cert)")
+    group.add_argument(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="require client certificates signed by these CAs (mutual TLS; needs --tls-cert and --tls-key)",
+    )
+    group.add_argument(
+        "--auth-token-file",
+        metavar="PATH",
+        help="require `authorization: Bearer <token>` on the control RPCs (Abort, GetServerStatus with engine "
+        "processes, ValidationService, PocService), the token being this file's content; or set "
+        f"{AUTH_TOKEN_ENV}. A token on the command line is refused: every user of the machine can read it",
+    )
+    # Refused, not merely absent: an unknown flag would reach vLLM's parser, whose error message
+    # would print the secret beside it.
+    group.add_argument("--auth-token", action=_RefusedSecretFlag)
+
+
+def _add_limit_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--max-concurrent-streams",
+        type=_non_negative(int),
+        default=DEFAULT_MAX_CONCURRENT_STREAMS,
+        metavar="N",
+        help="inference streams (Generate, ValidateInference) served at once; more get RESOURCE_EXHAUSTED "
+        "(TOO_MANY_STREAMS) before the engine sees them; 0: no bound (default: %(default)s)",
+    )
+    group.add_argument(
+        "--keepalive-time",
+        type=_positive(float),
+        default=DEFAULT_KEEPALIVE_TIME_SECONDS,
+        metavar="SECONDS",
+        help="the server pings each connection this often to detect dead peers, quiet streams included "
+        "(default: %(default)s)",
+    )
+    group.add_argument(
+        "--keepalive-timeout",
+        type=_positive(float),
+        default=DEFAULT_KEEPALIVE_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="a connection whose ping goes unanswered this long is closed (default: %(default)s)",
+    )
+    group.add_argument(
+        "--keepalive-min-ping-interval",
+        type=_positive(float),
+        default=DEFAULT_KEEPALIVE_MIN_PING_INTERVAL_SECONDS,
+        metavar="SECONDS",
+        help="clients may ping at most this often while the server sends nothing; a client that pings more often "
+        "gets GOAWAY (too_many_pings) (default: %(default)s)",
+    )
+
+
+class _RefusedSecretFlag(argparse.Action):
+    """`--auth-token[=VALUE]`: exits 2 with a message that never repeats the value."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option_string: str | None = None
+    ) -> None:
+        parser.error(
+            f"{option_string} is refused: a token on the command line is visible to every user of this machine; "
+            f"name a file with --auth-token-file or set {AUTH_TOKEN_ENV}"
+        )
 
 
 def parse_server_flags(prog: str, argv: list[str]) -> argparse.Namespace:
@@ -129,6 +239,17 @@ def server_help(prog: str) -> str:
     parser = argparse.ArgumentParser(prog=prog, usage=argparse.SUPPRESS, add_help=False)
     add_server_arguments(parser)
     return parser.format_help()
+
+
+def _non_negative(number: Callable[[str], N]) -> Callable[[str], N]:
+    def parse(text: str) -> N:
+        value = number(text)
+        if not value >= 0:
+            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+        return value
+
+    parse.__name__ = number.__name__
+    return parse
 
 
 def _positive(number: Callable[[str], N]) -> Callable[[str], N]:

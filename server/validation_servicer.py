@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
@@ -28,6 +29,9 @@ from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.admission import Admission
 from server.errors import Reason, ServiceError, abort_with, invalid_field
 from server.engine_failures import engine_failure
+from server.poc.artifact_validation import ValidatedCallback, validate_poc_artifacts
+from server.poc.batch_runner import PocBatchRunner
+from server.poc.round_params import PocLimits
 from server.service_registration import decode_request
 from server.translation import RequestTranslator
 from server.translation.prompt import require_in_vocabulary
@@ -49,17 +53,31 @@ RETRYABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDE
 
 
 class ValidationServicer:
-    def __init__(self, engine: MlnodeEngine, facts: ModelFacts, translator: RequestTranslator, admission: Admission) -> None:
+    def __init__(
+        self,
+        engine: MlnodeEngine,
+        facts: ModelFacts,
+        translator: RequestTranslator,
+        admission: Admission,
+        poc_runner: PocBatchRunner,
+        poc_limits: PocLimits,
+        deliver_validated: ValidatedCallback,
+    ) -> None:
         self._engine = engine
         self._facts = facts
         self._translator = translator
         self._admission = admission
+        self._poc_runner = poc_runner
+        self._poc_limits = poc_limits
+        self._deliver_validated = deliver_validated
 
     async def ValidateInference(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[vpb.ValidateInferenceResponse]:
         failure: ServiceError | None = None
         try:
             request = decode_request(vpb.ValidateInferenceRequest, raw)
-            self._admission.require_open()
+            gate = self._admission.gate
+            gate.require_open()
+            gate_closings = gate.closings
             items = list(request.items)
             if not items:
                 raise invalid_field("items", "must hold at least one item")
@@ -67,15 +85,34 @@ class ValidationServicer:
                 raise invalid_field("items", f"at most {MAX_ITEMS} items per call, got {len(items)}")
             call_id = uuid.uuid4().hex[:12]
             slots = asyncio.Semaphore(MAX_CONCURRENT_REPLAYS)
-            tasks = [asyncio.create_task(self._verdict(index, item, f"validate-{call_id}-{index}", slots)) for index, item in enumerate(items)]
-            try:
-                for finished in asyncio.as_completed(tasks):
-                    yield await finished
-            finally:
-                for task in tasks:
-                    task.cancel()
+            # One stream slot for the whole call, whatever its number of items.
+            with self._admission.stream():
+                tasks = [asyncio.create_task(self._verdict(index, item, f"validate-{call_id}-{index}", slots)) for index, item in enumerate(items)]
+                try:
+                    for finished in asyncio.as_completed(tasks):
+                        verdict = await finished
+                        if gate.closings != gate_closings:
+                            # A mining round started and aborted the replays: what they left is no verdict.
+                            raise gate.preemption()
+                        yield verdict
+                finally:
+                    for task in tasks:
+                        task.cancel()
         except ServiceError as error:
             failure = error
+        if failure is not None:
+            await abort_with(context, failure)
+
+    async def ValidatePocArtifacts(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[vpb.ValidatePocArtifactsResponse]:
+        failure: ServiceError | None = None
+        try:
+            request = decode_request(vpb.ValidatePocArtifactsRequest, raw)
+            self._admission.require_open()
+            async with aclosing(validate_poc_artifacts(request, self._poc_runner, self._poc_limits, self._deliver_validated)) as responses:
+                async for response in responses:
+                    yield response
+        except Exception as error:
+            failure = engine_failure(error, None, self._admission)
         if failure is not None:
             await abort_with(context, failure)
 
@@ -92,6 +129,8 @@ class ValidationServicer:
     async def _judge(self, item: vpb.InferenceItem, request_id: str) -> vpb.InferenceVerdict:
         if not item.HasField("threshold"):
             raise invalid_field("threshold", "is required: the item passes iff similarity > threshold")
+        if not math.isfinite(item.threshold):
+            raise invalid_field("threshold", f"must be finite, got {item.threshold}")
         if not item.HasField("request"):
             raise invalid_field("request", "is required: the original request")
         if item.executor_could_not_serve:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from gonka.mlnode.client import InferenceClient
+from tests.support.go_example import build_go_example
 from tests.support.server_process import REPO_ROOT, SHARED_SERVER_FLAGS, ServerProcess, start_server
 
 MODEL_DIR = REPO_ROOT / ".build" / "models" / "qwen3-tiny"
@@ -40,3 +41,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterato
 def client(server: ServerProcess) -> Iterator[InferenceClient]:
     with InferenceClient(server.target) as blocking_client:
         yield blocking_client
+
+
+@pytest.fixture(scope="session")
+def go_example(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Go client's example command (clients/go/cmd/mlnode-example)."""
+    return build_go_example(tmp_path_factory.mktemp("go"))

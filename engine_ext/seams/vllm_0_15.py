@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -405,3 +406,110 @@ def _re_enable_on_reset(original: Callable[..., None]) -> Callable[..., None]:
         original(self)
 
     return reset
+
+
+def return_blocks_first_in_line(block_pool: Any, blocks: list[Any]) -> None:
+    """Gives borrowed KV blocks back to the block pool at the FRONT of its free queue.
+
+    BlockPool.free_blocks appends to the tail (most recently used), so a PoC round borrowing and
+    returning blocks batch after batch would walk through the whole free queue and evict every cached
+    prefix in turn. The borrowed blocks hold no prefix (get_new_blocks dropped their hashes), so they
+    belong first in line: the next borrow takes the same blocks and the prefix cache stays as it was.
+    No public call inserts at the front; this links the blocks after the queue's fake head, as
+    FreeKVCacheBlockQueue.append_n links them before its fake tail.
+    """
+    for block in blocks:
+        block.ref_cnt -= 1
+    returned = [block for block in blocks if block.ref_cnt == 0 and not block.is_null]
+    if not returned:
+        return
+    queue = block_pool.free_block_queue
+    previous = queue.fake_free_list_head
+    first_free = previous.next_free_block
+    for block in returned:
+        previous.next_free_block = block
+        block.prev_free_block = previous
+        previous = block
+    previous.next_free_block = first_free
+    first_free.prev_free_block = previous
+    queue.num_free_blocks += len(returned)
+
+
+def token_stream_request_stats(arrival_time: float) -> Any:
+    """The per-request statistics state vLLM's OutputProcessor keeps for each of its requests
+    (RequestStateStats), for a token stream; see record_token_stream_step."""
+    from vllm.v1.metrics.stats import RequestStateStats
+
+    return RequestStateStats(arrival_time=arrival_time)
+
+
+def record_token_stream_step(
+    iteration_stats: Any,
+    output: Any,
+    engine_core_timestamp: float,
+    request_stats: Any,
+    prefilling: bool,
+    prompt_length: int,
+    max_tokens: int | None,
+    lora_states: Any,
+) -> None:
+    """A token stream's engine output, recorded in the step's IterationStats as vLLM's OutputProcessor
+    records its own requests' (_update_stats_from_output, then _update_stats_from_finished and
+    ParentRequest.observe_finished_request for n = 1 when the output finishes the request).
+
+    Without it, token streams (most of the traffic) are missing from every per-request metric the
+    stat loggers derive: vllm:request_success_total, time to first token, inter-token latency,
+    end-to-end, queue, prefill and decode times, prompt and generation lengths. No public hook
+    serves: the stat loggers (AsyncLLM's public `stat_loggers`) receive only the IterationStats that
+    the OutputProcessor fills from its own per-request state, which a token stream bypasses; a custom
+    logger would get the same IterationStats without them. Recording into that very object makes
+    every logger (Prometheus, the log line, plugins) see both paths alike.
+    """
+    iteration_stats.update_from_output(
+        output, engine_core_timestamp, prefilling, prompt_length, request_stats, lora_states, None
+    )
+    if output.finish_reason is not None:
+        from vllm.v1.engine.parallel_sampling import ParentRequest
+
+        iteration_stats.update_from_finished_request(
+            output.finish_reason, prompt_length, max_tokens, request_stats, output.num_cached_tokens
+        )
+        ParentRequest.observe_finished_request(None, iteration_stats, request_stats.num_generation_tokens)
+
+
+@contextlib.contextmanager
+def platform_kernels(model: Any) -> Iterator[None]:
+    """Runs vLLM's own kernels (the CustomOps' platform implementations) for the duration of one
+    eager forward, then restores what each op had bound.
+
+    An engine compiled with torch.compile (vLLM's default on CPU and GPU) binds every CustomOp
+    (RMSNorm, rotary embedding, SiluAndMul, ...) to its plain-torch forward_native, for inductor to
+    fuse. The PoC forward must run eager (inputs_embeds without input ids cannot take the compiled
+    graph, and its layer hooks must not touch it), where those plain-torch ops run one by one: on the
+    embedded model that doubled the forward against vLLM's own prefill. CustomOp binds its method once,
+    at construction (`_forward_method`); no public call rebinds it per call.
+    """
+    from vllm.model_executor.custom_op import CustomOp
+    from vllm.platforms import current_platform
+
+    bound = [(op, op._forward_method) for op in model.modules() if isinstance(op, CustomOp)]
+    try:
+        for op, _ in bound:
+            op._forward_method = _platform_forward(op, current_platform)
+        yield
+    finally:
+        for op, method in bound:
+            op._forward_method = method
+
+
+def _platform_forward(op: Any, platform: Any) -> Callable[..., Any]:
+    """What CustomOp.dispatch_forward picks for an enabled op on this platform."""
+    if platform.is_rocm():
+        return op.forward_hip
+    if platform.is_cpu():
+        return op.forward_cpu
+    if platform.is_xpu():
+        return op.forward_xpu
+    if platform.is_out_of_tree():
+        return op.forward_oot
+    return op.forward_cuda

@@ -16,6 +16,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from engine_ext.vllm_version import public_version
 from gonka.mlnode.client import InferenceClient
 from gonka.mlnode.v1 import inference_pb2 as pb
+from protos.contract import RECORD_PATH, read_record
 from tests.support.server_process import REPO_ROOT
 
 SERVICE = "gonka.mlnode.v1.InferenceService"
@@ -68,6 +69,9 @@ def test_server_status_reports_the_plugin_in_every_engine_process(server, client
     assert public_version(status.versions.vllm) == installed_vllm_version() and status.uptime_seconds > 0
     assert not status.engine_processes  # only on request
     assert status.HasField("running_requests") and not status.engine_problem
+    # The contract revision and digest the record file states (make contract writes them).
+    record = read_record((REPO_ROOT / RECORD_PATH).read_text())
+    assert (status.contract_revision, status.contract_digest) == (record.revision, record.digest)
 
     detailed = client.server_status(include_engine_processes=True)
     roles = {process.role for process in detailed.engine_processes}

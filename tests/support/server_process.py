@@ -6,6 +6,7 @@ import os
 import signal
 import socket
 import subprocess
+import tempfile
 import sys
 import time
 from dataclasses import dataclass
@@ -37,7 +38,11 @@ def free_port() -> int:
 def engine_environment(kv_cache_gib: int = 1) -> dict[str, str]:
     env = dict(os.environ)
     env["VLLM_CPU_KVCACHE_SPACE"] = str(kv_cache_gib)
+    # A token in the developer's shell would lock the suite's servers; tests that want one set it.
+    env.pop("MLNODE_AUTH_TOKEN", None)
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    # Test servers keep their callback spool (server.poc) out of the developer's own state folder.
+    env["XDG_STATE_HOME"] = str(Path(tempfile.gettempdir()) / "gonka-mlnode-test-state")
     return env
 
 
@@ -75,7 +80,14 @@ class ServerProcess:
         return self.process.returncode
 
 
-def start_server(log_path: Path, extra_args: list[str] = (), port: int | None = None, env: dict[str, str] | None = None) -> ServerProcess:
+def start_server(
+    log_path: Path,
+    extra_args: list[str] = (),
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    credentials: grpc.ChannelCredentials | None = None,
+) -> ServerProcess:
+    """`credentials`: how the readiness check connects to a TLS server (None: plaintext)."""
     port = port or free_port()
     log = open(log_path, "w")
     process = subprocess.Popen(
@@ -87,16 +99,19 @@ def start_server(log_path: Path, extra_args: list[str] = (), port: int | None = 
     )
     server = ServerProcess(process, port, log_path)
     try:
-        wait_until_serving(server)
+        wait_until_serving(server, credentials=credentials)
     except BaseException:
         server.stop(timeout=10)
         raise
     return server
 
 
-def wait_until_serving(server: ServerProcess, timeout: float = STARTUP_TIMEOUT_SECONDS) -> None:
+def wait_until_serving(
+    server: ServerProcess, timeout: float = STARTUP_TIMEOUT_SECONDS, credentials: grpc.ChannelCredentials | None = None
+) -> None:
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(server.target) as channel:
+    channel = grpc.insecure_channel(server.target) if credentials is None else grpc.secure_channel(server.target, credentials)
+    with channel:
         health = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if server.process.poll() is not None:

@@ -19,6 +19,7 @@ from engine_ext.model_facts import ModelFacts
 from engine_ext.outputs import GenerationStep, OutputDelta
 from gonka.mlnode.client import build_request
 from server.admission import Admission
+from server.auth import Authorizer
 from server.engine_failures import engine_failure as server_failure
 from server.errors import ServiceError
 from server.inference_servicer import InferenceServicer
@@ -69,7 +70,7 @@ class StandInContext:
 def servicer(engine: StandInEngine) -> InferenceServicer:
     limits = PromptLimits(max_chars=100, template_variables=frozenset())
     translator = RequestTranslator(FACTS, PromptReader(FACTS, limits, tokenizers=None))
-    return InferenceServicer(engine, FACTS, limits, 1 << 20, translator, RequestRegistry(), Admission(), versions=None)
+    return InferenceServicer(engine, FACTS, limits, 1 << 20, translator, RequestRegistry(), Admission(), versions=None, authorizer=Authorizer(None))
 
 
 def raw_request(**kwargs: Any) -> bytes:

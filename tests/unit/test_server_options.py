@@ -90,3 +90,41 @@ def test_the_command_line_module_imports_no_engine() -> None:
     # vLLM's import takes about 10 s: the port check and `--help=server` must not wait for it.
     code = "import sys, server.cli; sys.exit('vllm' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=False).returncode == 0
+
+
+def test_security_and_limit_flags() -> None:
+    defaults = options()
+    assert (defaults.tls_cert_file, defaults.auth_token_file, defaults.max_concurrent_streams) == (None, None, 1024)
+    assert (defaults.keepalive_time_seconds, defaults.keepalive_timeout_seconds, defaults.keepalive_min_ping_interval_seconds) == (30.0, 10.0, 10.0)
+    given = options(
+        "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem", "--auth-token-file", "token",
+        "--max-concurrent-streams", "0", "--keepalive-time", "1.5", "--keepalive-timeout", "2", "--keepalive-min-ping-interval", "3",
+    )
+    assert (given.tls_cert_file, given.tls_key_file, given.tls_client_ca_file, given.auth_token_file) == ("c.pem", "k.pem", "ca.pem", "token")
+    assert given.max_concurrent_streams == 0  # no bound
+    assert (given.keepalive_time_seconds, given.keepalive_timeout_seconds, given.keepalive_min_ping_interval_seconds) == (1.5, 2.0, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "message"),
+    [
+        ("--max-concurrent-streams", "-1", "argument --max-concurrent-streams: must be 0 or more, got '-1'"),
+        ("--keepalive-time", "0", "argument --keepalive-time: must be positive, got '0'"),
+        ("--keepalive-min-ping-interval", "-2", "argument --keepalive-min-ping-interval: must be positive, got '-2'"),
+    ],
+)
+def test_bad_limit_values_exit_2(flag: str, value: str, message: str, capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exited:
+        options(flag, value)
+    assert exited.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv", [("--auth-token", "s3cret-value"), ("--auth-token=s3cret-value",), ("--auth-token",)])
+def test_a_token_on_the_command_line_is_refused_without_being_repeated(argv: tuple[str, ...], capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as exited:
+        options(*argv)
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "--auth-token is refused" in err and "--auth-token-file" in err and "MLNODE_AUTH_TOKEN" in err
+    assert "s3cret-value" not in err

@@ -15,12 +15,13 @@ def inference_item(
     token_ids: Sequence[int],
     top_lists: Sequence[Mapping[int, float]],
     *,
-    threshold: float,
+    threshold: float | None,
     mode: str | None = None,
     executor_could_not_serve: bool = False,
 ) -> vpb.InferenceItem:
     """One item: the original request and the executor's positions (token id and its top-k {id: logprob}
-    per position, as the chain records them); `mode` None lets the server detect it."""
+    per position, as the chain records them); `mode` None lets the server detect it. `threshold` None
+    leaves it unset, for a caller that fills it in later (the server refuses an item without one)."""
     if len(token_ids) != len(top_lists):
         raise ValueError(f"{len(token_ids)} token ids but {len(top_lists)} top-k lists")
     k = len(top_lists[0]) if top_lists else 0
@@ -30,6 +31,7 @@ def inference_item(
             raise ValueError(f"position {index} has {len(top)} top-k entries, position 0 has {k}")
         positions.top_ids.extend(top.keys())
         positions.top_logprobs.extend(top.values())
-    return vpb.InferenceItem(
-        request=request, positions=positions, threshold=threshold, mode=MODES[mode], executor_could_not_serve=executor_could_not_serve
-    )
+    item = vpb.InferenceItem(request=request, positions=positions, mode=MODES[mode], executor_could_not_serve=executor_could_not_serve)
+    if threshold is not None:
+        item.threshold = threshold
+    return item

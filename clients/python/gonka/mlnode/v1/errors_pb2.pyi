@@ -20,6 +20,16 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     MALFORMED_REQUEST: _ClassVar[ErrorReason]
     ENGINE_CALL_TIMEOUT: _ClassVar[ErrorReason]
     ENGINE_PAUSED: _ClassVar[ErrorReason]
+    POC_IN_PROGRESS: _ClassVar[ErrorReason]
+    POC_PREEMPTED: _ClassVar[ErrorReason]
+    MODEL_MISMATCH: _ClassVar[ErrorReason]
+    ROUND_ALREADY_RUNNING: _ClassVar[ErrorReason]
+    ROUND_NOT_FOUND: _ClassVar[ErrorReason]
+    AUTH_TOKEN_REQUIRED: _ClassVar[ErrorReason]
+    AUTH_TOKEN_INVALID: _ClassVar[ErrorReason]
+    TOO_MANY_STREAMS: _ClassVar[ErrorReason]
+    NON_FINITE_BATCH: _ClassVar[ErrorReason]
+    KV_BLOCKS_EXHAUSTED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_FIELD: ErrorReason
 TOKEN_OUT_OF_VOCABULARY: ErrorReason
@@ -34,3 +44,13 @@ PROMPT_TOO_LONG: ErrorReason
 MALFORMED_REQUEST: ErrorReason
 ENGINE_CALL_TIMEOUT: ErrorReason
 ENGINE_PAUSED: ErrorReason
+POC_IN_PROGRESS: ErrorReason
+POC_PREEMPTED: ErrorReason
+MODEL_MISMATCH: ErrorReason
+ROUND_ALREADY_RUNNING: ErrorReason
+ROUND_NOT_FOUND: ErrorReason
+AUTH_TOKEN_REQUIRED: ErrorReason
+AUTH_TOKEN_INVALID: ErrorReason
+TOO_MANY_STREAMS: ErrorReason
+NON_FINITE_BATCH: ErrorReason
+KV_BLOCKS_EXHAUSTED: ErrorReason

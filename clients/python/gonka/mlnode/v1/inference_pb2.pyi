@@ -290,7 +290,7 @@ class GetServerStatusRequest(_message.Message):
     def __init__(self, include_engine_processes: _Optional[bool] = ...) -> None: ...
 
 class GetServerStatusResponse(_message.Message):
-    __slots__ = ("running_requests", "waiting_requests", "kv_cache_usage", "active_streams", "uptime_seconds", "versions", "engine_processes", "engine_problem")
+    __slots__ = ("running_requests", "waiting_requests", "kv_cache_usage", "active_streams", "uptime_seconds", "versions", "engine_processes", "engine_problem", "contract_revision", "contract_digest", "inference_gate_closed", "poc_round_id")
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
@@ -299,6 +299,10 @@ class GetServerStatusResponse(_message.Message):
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     ENGINE_PROCESSES_FIELD_NUMBER: _ClassVar[int]
     ENGINE_PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    CONTRACT_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    INFERENCE_GATE_CLOSED_FIELD_NUMBER: _ClassVar[int]
+    POC_ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     running_requests: int
     waiting_requests: int
     kv_cache_usage: float
@@ -307,7 +311,11 @@ class GetServerStatusResponse(_message.Message):
     versions: Versions
     engine_processes: _containers.RepeatedCompositeFieldContainer[EngineProcess]
     engine_problem: str
-    def __init__(self, running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., active_streams: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., versions: _Optional[_Union[Versions, _Mapping]] = ..., engine_processes: _Optional[_Iterable[_Union[EngineProcess, _Mapping]]] = ..., engine_problem: _Optional[str] = ...) -> None: ...
+    contract_revision: int
+    contract_digest: str
+    inference_gate_closed: bool
+    poc_round_id: str
+    def __init__(self, running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., active_streams: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., versions: _Optional[_Union[Versions, _Mapping]] = ..., engine_processes: _Optional[_Iterable[_Union[EngineProcess, _Mapping]]] = ..., engine_problem: _Optional[str] = ..., contract_revision: _Optional[int] = ..., contract_digest: _Optional[str] = ..., inference_gate_closed: _Optional[bool] = ..., poc_round_id: _Optional[str] = ...) -> None: ...
 
 class EngineProcess(_message.Message):
     __slots__ = ("role", "pid", "vllm_version", "seams")

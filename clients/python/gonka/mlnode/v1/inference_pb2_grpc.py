@@ -28,8 +28,18 @@ if _version_not_supported:
 class InferenceServiceStub:
     """Streamed token generation on the node's model (vLLM V1 engine).
 
-    Errors carry google.rpc.Status details: an ErrorInfo whose `reason` is the name of an
-    ErrorReason value (see errors.proto) and, for bad input, a BadRequest naming the field.
+    Errors carry google.rpc.Status details in the grpc-status-details-bin trailer: an ErrorInfo
+    (domain "mlnode.gonka.ai", reason = the name of an ErrorReason value from errors.proto,
+    metadata["field"] = the offending field where there is one) and, for bad input naming a field, a
+    BadRequest; RetryInfo where retrying helps, its delay also in the grpc-retry-pushback-ms trailer.
+    Every RPC of this service can return:
+    - INVALID_ARGUMENT (MALFORMED_REQUEST): the request bytes do not decode as the request message.
+    - RESOURCE_EXHAUSTED, from gRPC itself and without ErrorInfo: the request message is larger than
+    GetModelInfoResponse.max_request_bytes.
+    - UNAUTHENTICATED (AUTH_TOKEN_REQUIRED, AUTH_TOKEN_INVALID): the RPC is a control RPC (Abort;
+    GetServerStatus with include_engine_processes), the server was started with a bearer token,
+    and the call's `authorization: Bearer <token>` metadata is missing or wrong. Without a token
+    configured every RPC is open.
     """
 
     def __init__(self, channel):
@@ -63,33 +73,65 @@ class InferenceServiceStub:
 class InferenceServiceServicer:
     """Streamed token generation on the node's model (vLLM V1 engine).
 
-    Errors carry google.rpc.Status details: an ErrorInfo whose `reason` is the name of an
-    ErrorReason value (see errors.proto) and, for bad input, a BadRequest naming the field.
+    Errors carry google.rpc.Status details in the grpc-status-details-bin trailer: an ErrorInfo
+    (domain "mlnode.gonka.ai", reason = the name of an ErrorReason value from errors.proto,
+    metadata["field"] = the offending field where there is one) and, for bad input naming a field, a
+    BadRequest; RetryInfo where retrying helps, its delay also in the grpc-retry-pushback-ms trailer.
+    Every RPC of this service can return:
+    - INVALID_ARGUMENT (MALFORMED_REQUEST): the request bytes do not decode as the request message.
+    - RESOURCE_EXHAUSTED, from gRPC itself and without ErrorInfo: the request message is larger than
+    GetModelInfoResponse.max_request_bytes.
+    - UNAUTHENTICATED (AUTH_TOKEN_REQUIRED, AUTH_TOKEN_INVALID): the RPC is a control RPC (Abort;
+    GetServerStatus with include_engine_processes), the server was started with a bearer token,
+    and the call's `authorization: Bearer <token>` metadata is missing or wrong. Without a token
+    configured every RPC is open.
     """
 
     def Generate(self, request, context):
-        """Generates one or more outputs (n) for one prompt, streamed as columnar token batches.
-        A client that cancels or whose deadline passes frees the engine request at once.
+        """Generates one or more outputs (SamplingOptions.n) for one prompt, streamed as columnar token
+        batches; the stream ends with status OK once every output has finished (see FinishReason). A
+        client that cancels, or whose deadline passes, frees the engine request at once.
+        Refused before any response message:
+        - INVALID_ARGUMENT: INVALID_FIELD, TOKEN_OUT_OF_VOCABULARY, CONTEXT_LENGTH_EXCEEDED,
+        PROMPT_TOO_LONG or INVALID_CONSTRAINT, naming the field (each field says which).
+        - ALREADY_EXISTS (DUPLICATE_REQUEST_ID): request_id is in use by an active request.
+        - RESOURCE_EXHAUSTED (TOO_MANY_STREAMS): the server's stream bound is reached; RetryInfo.
+        - UNAVAILABLE, with RetryInfo: SHUTTING_DOWN, POC_IN_PROGRESS (a mining round runs),
+        ENGINE_PAUSED. UNAVAILABLE (ENGINE_DEAD), without RetryInfo: the engine has died.
+        Ended after some messages:
+        - UNAVAILABLE (POC_PREEMPTED), with RetryInfo: a mining round started; the outputs' last
+        messages (FINISH_REASON_ABORT) were delivered first.
+        - UNAVAILABLE (ENGINE_DEAD); INTERNAL (INTERNAL_ERROR): the engine or the server failed the
+        request (logged on the server).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Abort(self, request, context):
-        """Ends an active Generate stream: its outputs finish with FINISH_REASON_ABORT.
+        """Ends an active Generate stream: each of its outputs gets a last message with
+        FINISH_REASON_ABORT, then that stream ends with status OK. A control RPC (bearer token, see the
+        service). NOT_FOUND (REQUEST_NOT_FOUND, field request_id): no active request has that id (also
+        when it has just finished).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetModelInfo(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Facts about the served model and the server's input bounds; they do not change while the server
+        runs. Errors: only those of every RPC (see the service).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetServerStatus(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """Live load and health as the engine sees it, versions, and the contract revision. When the
+        engine is stuck the answer is OK at once with engine_problem set (no call into the engine).
+        Errors: DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
+        --engine-call-timeout; UNAVAILABLE (ENGINE_DEAD); INTERNAL (INTERNAL_ERROR).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -128,8 +170,18 @@ def add_InferenceServiceServicer_to_server(servicer, server):
 class InferenceService:
     """Streamed token generation on the node's model (vLLM V1 engine).
 
-    Errors carry google.rpc.Status details: an ErrorInfo whose `reason` is the name of an
-    ErrorReason value (see errors.proto) and, for bad input, a BadRequest naming the field.
+    Errors carry google.rpc.Status details in the grpc-status-details-bin trailer: an ErrorInfo
+    (domain "mlnode.gonka.ai", reason = the name of an ErrorReason value from errors.proto,
+    metadata["field"] = the offending field where there is one) and, for bad input naming a field, a
+    BadRequest; RetryInfo where retrying helps, its delay also in the grpc-retry-pushback-ms trailer.
+    Every RPC of this service can return:
+    - INVALID_ARGUMENT (MALFORMED_REQUEST): the request bytes do not decode as the request message.
+    - RESOURCE_EXHAUSTED, from gRPC itself and without ErrorInfo: the request message is larger than
+    GetModelInfoResponse.max_request_bytes.
+    - UNAUTHENTICATED (AUTH_TOKEN_REQUIRED, AUTH_TOKEN_INVALID): the RPC is a control RPC (Abort;
+    GetServerStatus with include_engine_processes), the server was started with a bearer token,
+    and the call's `authorization: Bearer <token>` metadata is missing or wrong. Without a token
+    configured every RPC is open.
     """
 
     @staticmethod

@@ -23,9 +23,10 @@ _sym_db = _symbol_database.Default()
 
 
 from gonka.mlnode.v1 import inference_pb2 as gonka_dot_mlnode_dot_v1_dot_inference__pb2
+from gonka.mlnode.v1 import poc_pb2 as gonka_dot_mlnode_dot_v1_dot_poc__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n gonka/mlnode/v1/validation.proto\x12\x0fgonka.mlnode.v1\x1a\x1fgonka/mlnode/v1/inference.proto\"I\n\x18ValidateInferenceRequest\x12-\n\x05items\x18\x01 \x03(\x0b\x32\x1e.gonka.mlnode.v1.InferenceItem\"\xee\x01\n\rInferenceItem\x12\x31\n\x07request\x18\x01 \x01(\x0b\x32 .gonka.mlnode.v1.GenerateRequest\x12\x35\n\tpositions\x18\x02 \x01(\x0b\x32\".gonka.mlnode.v1.ExecutorPositions\x12+\n\x04mode\x18\x03 \x01(\x0e\x32\x1d.gonka.mlnode.v1.LogprobsMode\x12\x16\n\tthreshold\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12 \n\x18\x65xecutor_could_not_serve\x18\x05 \x01(\x08\x42\x0c\n\n_threshold\"\\\n\x11\x45xecutorPositions\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\r\n\x05top_k\x18\x02 \x01(\r\x12\x0f\n\x07top_ids\x18\x03 \x03(\r\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\"\x98\x01\n\x19ValidateInferenceResponse\x12\r\n\x05index\x18\x01 \x01(\r\x12\x34\n\x07verdict\x18\x02 \x01(\x0b\x32!.gonka.mlnode.v1.InferenceVerdictH\x00\x12+\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1a.gonka.mlnode.v1.ItemErrorH\x00\x42\t\n\x07outcome\"\xfa\x02\n\x10InferenceVerdict\x12\x0e\n\x06passed\x18\x01 \x01(\x08\x12\x10\n\x08\x64istance\x18\x02 \x01(\x01\x12\x12\n\nsimilarity\x18\x03 \x01(\x01\x12\x32\n\x07\x66\x61ilure\x18\x04 \x01(\x0e\x32!.gonka.mlnode.v1.InferenceFailure\x12 \n\x18\x66irst_differing_position\x18\x05 \x01(\r\x12\x1e\n\x11\x65xecutor_token_id\x18\x06 \x01(\rH\x00\x88\x01\x01\x12\x1c\n\x0freplay_token_id\x18\x07 \x01(\rH\x01\x88\x01\x01\x12\x15\n\rtop_ids_found\x18\x08 \x01(\x01\x12+\n\x04mode\x18\t \x01(\x0e\x32\x1d.gonka.mlnode.v1.LogprobsMode\x12\x15\n\rmode_detected\x18\n \x01(\x08\x12\x17\n\x0freplayed_tokens\x18\x0b \x01(\rB\x14\n\x12_executor_token_idB\x12\n\x10_replay_token_id\"\\\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x11\n\tretryable\x18\x05 \x01(\x08*\x85\x02\n\x10InferenceFailure\x12!\n\x1dINFERENCE_FAILURE_UNSPECIFIED\x10\x00\x12\x30\n,INFERENCE_FAILURE_SIMILARITY_BELOW_THRESHOLD\x10\x01\x12$\n INFERENCE_FAILURE_LENGTH_DIFFERS\x10\x02\x12#\n\x1fINFERENCE_FAILURE_TOKEN_DIFFERS\x10\x03\x12!\n\x1dINFERENCE_FAILURE_EMPTY_TOP_K\x10\x04\x12.\n*INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE\x10\x05\x32\x81\x01\n\x11ValidationService\x12l\n\x11ValidateInference\x12).gonka.mlnode.v1.ValidateInferenceRequest\x1a*.gonka.mlnode.v1.ValidateInferenceResponse0\x01\x42\x45ZCgithub.com/gonka-ai/mlnode-grpc/clients/go/gonka/mlnode/v1;mlnodev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n gonka/mlnode/v1/validation.proto\x12\x0fgonka.mlnode.v1\x1a\x1fgonka/mlnode/v1/inference.proto\x1a\x19gonka/mlnode/v1/poc.proto\"I\n\x18ValidateInferenceRequest\x12-\n\x05items\x18\x01 \x03(\x0b\x32\x1e.gonka.mlnode.v1.InferenceItem\"\xee\x01\n\rInferenceItem\x12\x31\n\x07request\x18\x01 \x01(\x0b\x32 .gonka.mlnode.v1.GenerateRequest\x12\x35\n\tpositions\x18\x02 \x01(\x0b\x32\".gonka.mlnode.v1.ExecutorPositions\x12+\n\x04mode\x18\x03 \x01(\x0e\x32\x1d.gonka.mlnode.v1.LogprobsMode\x12\x16\n\tthreshold\x18\x04 \x01(\x01H\x00\x88\x01\x01\x12 \n\x18\x65xecutor_could_not_serve\x18\x05 \x01(\x08\x42\x0c\n\n_threshold\"\\\n\x11\x45xecutorPositions\x12\x11\n\ttoken_ids\x18\x01 \x03(\r\x12\r\n\x05top_k\x18\x02 \x01(\r\x12\x0f\n\x07top_ids\x18\x03 \x03(\r\x12\x14\n\x0ctop_logprobs\x18\x04 \x03(\x02\"\x98\x01\n\x19ValidateInferenceResponse\x12\r\n\x05index\x18\x01 \x01(\r\x12\x34\n\x07verdict\x18\x02 \x01(\x0b\x32!.gonka.mlnode.v1.InferenceVerdictH\x00\x12+\n\x05\x65rror\x18\x03 \x01(\x0b\x32\x1a.gonka.mlnode.v1.ItemErrorH\x00\x42\t\n\x07outcome\"\xfa\x02\n\x10InferenceVerdict\x12\x0e\n\x06passed\x18\x01 \x01(\x08\x12\x10\n\x08\x64istance\x18\x02 \x01(\x01\x12\x12\n\nsimilarity\x18\x03 \x01(\x01\x12\x32\n\x07\x66\x61ilure\x18\x04 \x01(\x0e\x32!.gonka.mlnode.v1.InferenceFailure\x12 \n\x18\x66irst_differing_position\x18\x05 \x01(\r\x12\x1e\n\x11\x65xecutor_token_id\x18\x06 \x01(\rH\x00\x88\x01\x01\x12\x1c\n\x0freplay_token_id\x18\x07 \x01(\rH\x01\x88\x01\x01\x12\x15\n\rtop_ids_found\x18\x08 \x01(\x01\x12+\n\x04mode\x18\t \x01(\x0e\x32\x1d.gonka.mlnode.v1.LogprobsMode\x12\x15\n\rmode_detected\x18\n \x01(\x08\x12\x17\n\x0freplayed_tokens\x18\x0b \x01(\rB\x14\n\x12_executor_token_idB\x12\n\x10_replay_token_id\"\\\n\tItemError\x12\x0c\n\x04\x63ode\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\r\n\x05\x66ield\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x11\n\tretryable\x18\x05 \x01(\x08\"\x9b\x01\n\x0bPocStatTest\x12\x1b\n\x0e\x64ist_threshold\x18\x01 \x01(\x01H\x00\x88\x01\x01\x12\x17\n\np_mismatch\x18\x02 \x01(\x01H\x01\x88\x01\x01\x12\x1e\n\x11p_value_threshold\x18\x03 \x01(\x01H\x02\x88\x01\x01\x42\x11\n\x0f_dist_thresholdB\r\n\x0b_p_mismatchB\x14\n\x12_p_value_threshold\"V\n\x0f\x43laimedArtifact\x12\r\n\x05nonce\x18\x01 \x01(\x03\x12\x14\n\nvector_b64\x18\x02 \x01(\tH\x00\x12\x14\n\nvector_f16\x18\x03 \x01(\x0cH\x00\x42\x08\n\x06vector\"\xe6\x02\n\x1bValidatePocArtifactsRequest\x12\x12\n\nblock_hash\x18\x01 \x01(\t\x12\x14\n\x0c\x62lock_height\x18\x02 \x01(\x03\x12\x12\n\npublic_key\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\x05\x12*\n\x06params\x18\x05 \x01(\x0b\x32\x1a.gonka.mlnode.v1.PocParams\x12\x14\n\x0cstronger_rng\x18\x06 \x01(\x08\x12\x33\n\tartifacts\x18\x07 \x03(\x0b\x32 .gonka.mlnode.v1.ClaimedArtifact\x12/\n\tstat_test\x18\x08 \x01(\x0b\x32\x1c.gonka.mlnode.v1.PocStatTest\x12\x17\n\nbatch_size\x18\t \x01(\x05H\x00\x88\x01\x01\x12\x14\n\x0c\x63\x61llback_url\x18\n \x01(\t\x12\x12\n\nrequest_id\x18\x0b \x01(\tB\r\n\x0b_batch_size\"\x9d\x01\n\x1cValidatePocArtifactsResponse\x12:\n\x08progress\x18\x01 \x01(\x0b\x32&.gonka.mlnode.v1.PocValidationProgressH\x00\x12\x38\n\x07summary\x18\x02 \x01(\x0b\x32%.gonka.mlnode.v1.PocValidationSummaryH\x00\x42\x07\n\x05\x65vent\"\x81\x01\n\x15PocValidationProgress\x12\x0e\n\x06nonces\x18\x01 \x03(\x03\x12\x11\n\tdistances\x18\x02 \x03(\x02\x12\x12\n\nmismatches\x18\x03 \x03(\x08\x12\x16\n\x0enonces_checked\x18\x04 \x01(\x03\x12\x19\n\x11mismatches_so_far\x18\x05 \x01(\x03\"}\n\x14PocValidationSummary\x12\x0f\n\x07n_total\x18\x01 \x01(\x03\x12\x12\n\nn_mismatch\x18\x02 \x01(\x03\x12\x17\n\x0fmismatch_nonces\x18\x03 \x03(\x03\x12\x0f\n\x07p_value\x18\x04 \x01(\x01\x12\x16\n\x0e\x66raud_detected\x18\x05 \x01(\x08*\x85\x02\n\x10InferenceFailure\x12!\n\x1dINFERENCE_FAILURE_UNSPECIFIED\x10\x00\x12\x30\n,INFERENCE_FAILURE_SIMILARITY_BELOW_THRESHOLD\x10\x01\x12$\n INFERENCE_FAILURE_LENGTH_DIFFERS\x10\x02\x12#\n\x1fINFERENCE_FAILURE_TOKEN_DIFFERS\x10\x03\x12!\n\x1dINFERENCE_FAILURE_EMPTY_TOP_K\x10\x04\x12.\n*INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE\x10\x05\x32\xf8\x01\n\x11ValidationService\x12l\n\x11ValidateInference\x12).gonka.mlnode.v1.ValidateInferenceRequest\x1a*.gonka.mlnode.v1.ValidateInferenceResponse0\x01\x12u\n\x14ValidatePocArtifacts\x12,.gonka.mlnode.v1.ValidatePocArtifactsRequest\x1a-.gonka.mlnode.v1.ValidatePocArtifactsResponse0\x01\x42\x45ZCgithub.com/gonka-ai/mlnode-grpc/clients/go/gonka/mlnode/v1;mlnodev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,20 +34,32 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gonka.mlnode.v1.validation_
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZCgithub.com/gonka-ai/mlnode-grpc/clients/go/gonka/mlnode/v1;mlnodev1'
-  _globals['_INFERENCEFAILURE']._serialized_start=1127
-  _globals['_INFERENCEFAILURE']._serialized_end=1388
-  _globals['_VALIDATEINFERENCEREQUEST']._serialized_start=86
-  _globals['_VALIDATEINFERENCEREQUEST']._serialized_end=159
-  _globals['_INFERENCEITEM']._serialized_start=162
-  _globals['_INFERENCEITEM']._serialized_end=400
-  _globals['_EXECUTORPOSITIONS']._serialized_start=402
-  _globals['_EXECUTORPOSITIONS']._serialized_end=494
-  _globals['_VALIDATEINFERENCERESPONSE']._serialized_start=497
-  _globals['_VALIDATEINFERENCERESPONSE']._serialized_end=649
-  _globals['_INFERENCEVERDICT']._serialized_start=652
-  _globals['_INFERENCEVERDICT']._serialized_end=1030
-  _globals['_ITEMERROR']._serialized_start=1032
-  _globals['_ITEMERROR']._serialized_end=1124
-  _globals['_VALIDATIONSERVICE']._serialized_start=1391
-  _globals['_VALIDATIONSERVICE']._serialized_end=1520
+  _globals['_INFERENCEFAILURE']._serialized_start=2180
+  _globals['_INFERENCEFAILURE']._serialized_end=2441
+  _globals['_VALIDATEINFERENCEREQUEST']._serialized_start=113
+  _globals['_VALIDATEINFERENCEREQUEST']._serialized_end=186
+  _globals['_INFERENCEITEM']._serialized_start=189
+  _globals['_INFERENCEITEM']._serialized_end=427
+  _globals['_EXECUTORPOSITIONS']._serialized_start=429
+  _globals['_EXECUTORPOSITIONS']._serialized_end=521
+  _globals['_VALIDATEINFERENCERESPONSE']._serialized_start=524
+  _globals['_VALIDATEINFERENCERESPONSE']._serialized_end=676
+  _globals['_INFERENCEVERDICT']._serialized_start=679
+  _globals['_INFERENCEVERDICT']._serialized_end=1057
+  _globals['_ITEMERROR']._serialized_start=1059
+  _globals['_ITEMERROR']._serialized_end=1151
+  _globals['_POCSTATTEST']._serialized_start=1154
+  _globals['_POCSTATTEST']._serialized_end=1309
+  _globals['_CLAIMEDARTIFACT']._serialized_start=1311
+  _globals['_CLAIMEDARTIFACT']._serialized_end=1397
+  _globals['_VALIDATEPOCARTIFACTSREQUEST']._serialized_start=1400
+  _globals['_VALIDATEPOCARTIFACTSREQUEST']._serialized_end=1758
+  _globals['_VALIDATEPOCARTIFACTSRESPONSE']._serialized_start=1761
+  _globals['_VALIDATEPOCARTIFACTSRESPONSE']._serialized_end=1918
+  _globals['_POCVALIDATIONPROGRESS']._serialized_start=1921
+  _globals['_POCVALIDATIONPROGRESS']._serialized_end=2050
+  _globals['_POCVALIDATIONSUMMARY']._serialized_start=2052
+  _globals['_POCVALIDATIONSUMMARY']._serialized_end=2177
+  _globals['_VALIDATIONSERVICE']._serialized_start=2444
+  _globals['_VALIDATIONSERVICE']._serialized_end=2692
 # @@protoc_insertion_point(module_scope)

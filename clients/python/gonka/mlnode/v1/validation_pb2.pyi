@@ -1,4 +1,5 @@
 from gonka.mlnode.v1 import inference_pb2 as _inference_pb2
+from gonka.mlnode.v1 import poc_pb2 as _poc_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -104,3 +105,85 @@ class ItemError(_message.Message):
     message: str
     retryable: bool
     def __init__(self, code: _Optional[str] = ..., reason: _Optional[str] = ..., field: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+
+class PocStatTest(_message.Message):
+    __slots__ = ("dist_threshold", "p_mismatch", "p_value_threshold")
+    DIST_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    P_MISMATCH_FIELD_NUMBER: _ClassVar[int]
+    P_VALUE_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
+    dist_threshold: float
+    p_mismatch: float
+    p_value_threshold: float
+    def __init__(self, dist_threshold: _Optional[float] = ..., p_mismatch: _Optional[float] = ..., p_value_threshold: _Optional[float] = ...) -> None: ...
+
+class ClaimedArtifact(_message.Message):
+    __slots__ = ("nonce", "vector_b64", "vector_f16")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_B64_FIELD_NUMBER: _ClassVar[int]
+    VECTOR_F16_FIELD_NUMBER: _ClassVar[int]
+    nonce: int
+    vector_b64: str
+    vector_f16: bytes
+    def __init__(self, nonce: _Optional[int] = ..., vector_b64: _Optional[str] = ..., vector_f16: _Optional[bytes] = ...) -> None: ...
+
+class ValidatePocArtifactsRequest(_message.Message):
+    __slots__ = ("block_hash", "block_height", "public_key", "node_id", "params", "stronger_rng", "artifacts", "stat_test", "batch_size", "callback_url", "request_id")
+    BLOCK_HASH_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_HEIGHT_FIELD_NUMBER: _ClassVar[int]
+    PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    STRONGER_RNG_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACTS_FIELD_NUMBER: _ClassVar[int]
+    STAT_TEST_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    CALLBACK_URL_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    block_hash: str
+    block_height: int
+    public_key: str
+    node_id: int
+    params: _poc_pb2.PocParams
+    stronger_rng: bool
+    artifacts: _containers.RepeatedCompositeFieldContainer[ClaimedArtifact]
+    stat_test: PocStatTest
+    batch_size: int
+    callback_url: str
+    request_id: str
+    def __init__(self, block_hash: _Optional[str] = ..., block_height: _Optional[int] = ..., public_key: _Optional[str] = ..., node_id: _Optional[int] = ..., params: _Optional[_Union[_poc_pb2.PocParams, _Mapping]] = ..., stronger_rng: _Optional[bool] = ..., artifacts: _Optional[_Iterable[_Union[ClaimedArtifact, _Mapping]]] = ..., stat_test: _Optional[_Union[PocStatTest, _Mapping]] = ..., batch_size: _Optional[int] = ..., callback_url: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+
+class ValidatePocArtifactsResponse(_message.Message):
+    __slots__ = ("progress", "summary")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    progress: PocValidationProgress
+    summary: PocValidationSummary
+    def __init__(self, progress: _Optional[_Union[PocValidationProgress, _Mapping]] = ..., summary: _Optional[_Union[PocValidationSummary, _Mapping]] = ...) -> None: ...
+
+class PocValidationProgress(_message.Message):
+    __slots__ = ("nonces", "distances", "mismatches", "nonces_checked", "mismatches_so_far")
+    NONCES_FIELD_NUMBER: _ClassVar[int]
+    DISTANCES_FIELD_NUMBER: _ClassVar[int]
+    MISMATCHES_FIELD_NUMBER: _ClassVar[int]
+    NONCES_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    MISMATCHES_SO_FAR_FIELD_NUMBER: _ClassVar[int]
+    nonces: _containers.RepeatedScalarFieldContainer[int]
+    distances: _containers.RepeatedScalarFieldContainer[float]
+    mismatches: _containers.RepeatedScalarFieldContainer[bool]
+    nonces_checked: int
+    mismatches_so_far: int
+    def __init__(self, nonces: _Optional[_Iterable[int]] = ..., distances: _Optional[_Iterable[float]] = ..., mismatches: _Optional[_Iterable[bool]] = ..., nonces_checked: _Optional[int] = ..., mismatches_so_far: _Optional[int] = ...) -> None: ...
+
+class PocValidationSummary(_message.Message):
+    __slots__ = ("n_total", "n_mismatch", "mismatch_nonces", "p_value", "fraud_detected")
+    N_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    N_MISMATCH_FIELD_NUMBER: _ClassVar[int]
+    MISMATCH_NONCES_FIELD_NUMBER: _ClassVar[int]
+    P_VALUE_FIELD_NUMBER: _ClassVar[int]
+    FRAUD_DETECTED_FIELD_NUMBER: _ClassVar[int]
+    n_total: int
+    n_mismatch: int
+    mismatch_nonces: _containers.RepeatedScalarFieldContainer[int]
+    p_value: float
+    fraud_detected: bool
+    def __init__(self, n_total: _Optional[int] = ..., n_mismatch: _Optional[int] = ..., mismatch_nonces: _Optional[_Iterable[int]] = ..., p_value: _Optional[float] = ..., fraud_detected: _Optional[bool] = ...) -> None: ...

@@ -27,6 +27,20 @@ if _version_not_supported:
 
 class ValidationServiceStub:
     """Validation of other nodes' work on this node's engine.
+
+    Errors carry google.rpc.Status details as InferenceService describes (ErrorInfo with an
+    ErrorReason name from errors.proto, BadRequest naming the field for bad input, RetryInfo where
+    retrying helps). Every RPC of this service can return:
+    - INVALID_ARGUMENT (MALFORMED_REQUEST): the request bytes do not decode as the request message.
+    - RESOURCE_EXHAUSTED, from gRPC itself and without ErrorInfo: the request message is larger than
+    GetModelInfoResponse.max_request_bytes.
+    - UNAUTHENTICATED (AUTH_TOKEN_REQUIRED, AUTH_TOKEN_INVALID): every RPC of this service is a
+    control RPC; when the server was started with a bearer token (--auth-token-file or
+    MLNODE_AUTH_TOKEN), a call without `authorization: Bearer <token>` metadata, or with a wrong
+    one, is refused before it runs. Without a token configured every RPC is open.
+    - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
+    The service's health stays SERVING during a mining round (ValidateInference itself is refused
+    then; ValidatePocArtifacts runs).
     """
 
     def __init__(self, channel):
@@ -40,19 +54,73 @@ class ValidationServiceStub:
                 request_serializer=gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidateInferenceRequest.SerializeToString,
                 response_deserializer=gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidateInferenceResponse.FromString,
                 _registered_method=True)
+        self.ValidatePocArtifacts = channel.unary_stream(
+                '/gonka.mlnode.v1.ValidationService/ValidatePocArtifacts',
+                request_serializer=gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidatePocArtifactsRequest.SerializeToString,
+                response_deserializer=gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidatePocArtifactsResponse.FromString,
+                _registered_method=True)
 
 
 class ValidationServiceServicer:
     """Validation of other nodes' work on this node's engine.
+
+    Errors carry google.rpc.Status details as InferenceService describes (ErrorInfo with an
+    ErrorReason name from errors.proto, BadRequest naming the field for bad input, RetryInfo where
+    retrying helps). Every RPC of this service can return:
+    - INVALID_ARGUMENT (MALFORMED_REQUEST): the request bytes do not decode as the request message.
+    - RESOURCE_EXHAUSTED, from gRPC itself and without ErrorInfo: the request message is larger than
+    GetModelInfoResponse.max_request_bytes.
+    - UNAUTHENTICATED (AUTH_TOKEN_REQUIRED, AUTH_TOKEN_INVALID): every RPC of this service is a
+    control RPC; when the server was started with a bearer token (--auth-token-file or
+    MLNODE_AUTH_TOKEN), a call without `authorization: Bearer <token>` metadata, or with a wrong
+    one, is refused before it runs. Without a token configured every RPC is open.
+    - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
+    The service's health stays SERVING during a mining round (ValidateInference itself is refused
+    then; ValidatePocArtifacts runs).
     """
 
     def ValidateInference(self, request, context):
         """Replays each item's inference with the executor's tokens enforced and judges the logprob
-        distance the way the chain does (inference-validation.md). Items are replayed concurrently;
-        one verdict per item is streamed as it completes, tagged with the item's index. A bad item
-        gets its own error verdict without failing the others. INVALID_ARGUMENT when there are no
-        items or more than the server's limit (1024); a message above the server's receive limit is
-        gRPC's own RESOURCE_EXHAUSTED.
+        distance the way the chain does (inference-validation.md). Items are replayed concurrently (at
+        most 128 at once per call); one response per item is streamed as it completes (not in request
+        order), tagged with the item's index, and the stream ends with status OK after the last. A bad
+        item, or one the engine fails, gets its own ItemError without failing the others.
+        Errors before any response:
+        - INVALID_ARGUMENT (INVALID_FIELD, field items): no items, or more than the server's limit
+        (1024).
+        - UNAVAILABLE (POC_IN_PROGRESS), with RetryInfo: a mining round is running.
+        - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
+        - RESOURCE_EXHAUSTED (TOO_MANY_STREAMS), with RetryInfo: the server already runs
+        --max-concurrent-streams streams (a call holds one, whatever its number of items).
+        Error after some responses: UNAVAILABLE (POC_PREEMPTED), with RetryInfo: a mining round
+        started and aborted the replays still running; the verdicts already sent stand, the items not
+        answered must be sent again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ValidatePocArtifacts(self, request, context):
+        """Recomputes a prover's claimed PoC artifacts and judges them (poc-v2.md section 7): streams one
+        progress message per batch run (batches of batch_size claims in request order, split when KV
+        blocks are short), then the summary, then ends with status OK. Runs beside live inference on
+        borrowed KV blocks (a batch waits up to --poc-block-wait-s for free blocks, then is halved),
+        and during a mining round. Malformed or non-finite claimed vectors are mismatches, not errors;
+        claims in a batch this node computes as non-finite count in n_total but never as mismatches.
+        Errors before any message:
+        - INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field): a missing block_hash,
+        public_key, params, stat_test or one of its fields; a stat_test value out of range; no
+        artifacts or more than 100000; impossible params.seq_len, params.k_dim or batch_size; a
+        callback_url that is not http(s).
+        - FAILED_PRECONDITION (MODEL_MISMATCH, field params.model): params.model is not the served
+        model.
+        - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
+        Errors that can end the stream, before or after some progress (then no summary, no callback):
+        - RESOURCE_EXHAUSTED (KV_BLOCKS_EXHAUSTED), with RetryInfo: not even one nonce's KV blocks were
+        free after the wait.
+        - DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
+        --engine-call-timeout. UNAVAILABLE (ENGINE_DEAD): the engine died. INTERNAL
+        (INTERNAL_ERROR): another engine or server failure (logged).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -66,6 +134,11 @@ def add_ValidationServiceServicer_to_server(servicer, server):
                     request_deserializer=gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidateInferenceRequest.FromString,
                     response_serializer=gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidateInferenceResponse.SerializeToString,
             ),
+            'ValidatePocArtifacts': grpc.unary_stream_rpc_method_handler(
+                    servicer.ValidatePocArtifacts,
+                    request_deserializer=gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidatePocArtifactsRequest.FromString,
+                    response_serializer=gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidatePocArtifactsResponse.SerializeToString,
+            ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
             'gonka.mlnode.v1.ValidationService', rpc_method_handlers)
@@ -76,6 +149,20 @@ def add_ValidationServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class ValidationService:
     """Validation of other nodes' work on this node's engine.
+
+    Errors carry google.rpc.Status details as InferenceService describes (ErrorInfo with an
+    ErrorReason name from errors.proto, BadRequest naming the field for bad input, RetryInfo where
+    retrying helps). Every RPC of this service can return:
+    - INVALID_ARGUMENT (MALFORMED_REQUEST): the request bytes do not decode as the request message.
+    - RESOURCE_EXHAUSTED, from gRPC itself and without ErrorInfo: the request message is larger than
+    GetModelInfoResponse.max_request_bytes.
+    - UNAUTHENTICATED (AUTH_TOKEN_REQUIRED, AUTH_TOKEN_INVALID): every RPC of this service is a
+    control RPC; when the server was started with a bearer token (--auth-token-file or
+    MLNODE_AUTH_TOKEN), a call without `authorization: Bearer <token>` metadata, or with a wrong
+    one, is refused before it runs. Without a token configured every RPC is open.
+    - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
+    The service's health stays SERVING during a mining round (ValidateInference itself is refused
+    then; ValidatePocArtifacts runs).
     """
 
     @staticmethod
@@ -95,6 +182,33 @@ class ValidationService:
             '/gonka.mlnode.v1.ValidationService/ValidateInference',
             gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidateInferenceRequest.SerializeToString,
             gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidateInferenceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ValidatePocArtifacts(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/gonka.mlnode.v1.ValidationService/ValidatePocArtifacts',
+            gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidatePocArtifactsRequest.SerializeToString,
+            gonka_dot_mlnode_dot_v1_dot_validation__pb2.ValidatePocArtifactsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,151 @@
+"""The batched PoC forward, in each worker (poc-v2.md sections 3-6; ../shared/vllm-seams.md 5.2-5.4).
+
+One forward per batch of nonces on the loaded model: inputs written by the consensus core into their
+own tensor (never KV-cache storage), positions 0..S-1 per nonce, attention metadata built for this
+call, the per-layer reflections hooked on only for this forward, eager (`skip_compiled`: the compiled
+model cannot take inputs_embeds without input ids, and hooks must not touch the inference graph) on
+vLLM's own kernels (seams.platform_kernels).
+While a batch's forward runs, a helper thread generates the inputs of the batch announced next.
+"""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import torch
+
+from engine_ext.consensus import NonFiniteBatchError, generate_inputs, head_vectors, layer_vectors, reflect_stream
+from engine_ext.poc.batch import BATCH_NON_FINITE, BATCH_OK, PocBatch, PocBatchResult
+from engine_ext.poc.forward_metadata import build_forward_metadata
+from engine_ext.seams import platform_kernels
+
+
+class PipelineParallelUnsupported(RuntimeError):
+    pass
+
+
+class PocWorkerForward:
+    def __init__(self, runner: Any) -> None:
+        self._runner = runner
+        model_config = runner.vllm_config.model_config
+        # Activations run in the engine's dtype; the inputs are rounded to the checkpoint's first
+        # (poc-v2.md section 3), which a --dtype override does not change.
+        self._dtype = model_config.dtype
+        self._input_dtype = _checkpoint_dtype(model_config.hf_config, model_config.dtype)
+        self._hidden = int(model_config.get_hidden_size())
+        if runner.vllm_config.parallel_config.pipeline_parallel_size != 1:
+            raise PipelineParallelUnsupported("the PoC forward runs without pipeline parallelism")
+        self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="poc-inputs")
+        self._prefetched: tuple[tuple[Any, ...], Future[torch.Tensor]] | None = None
+        # Reflection vectors of the last block hash (a round reuses them for every batch).
+        self._layer_vectors: tuple[str, torch.Tensor] | None = None
+
+    def run(self, batch: PocBatch, block_ids: list[list[int]]) -> PocBatchResult:
+        started = time.perf_counter()
+        inputs = self._inputs_of(batch)
+        input_wait = time.perf_counter() - started
+        if batch.next_nonces:
+            upcoming = PocBatch(batch.block_hash, batch.public_key, batch.next_nonces, batch.seq_len, batch.k_dim, batch.stronger_rng)
+            self._prefetched = (upcoming.inputs_key(), self._prefetcher.submit(self._generate_inputs, upcoming))
+
+        forward_started = time.perf_counter()
+        last_hidden = self._forward(batch, inputs, block_ids)
+        _synchronize(last_hidden.device)
+        head_started = time.perf_counter()
+        try:
+            vectors = head_vectors(last_hidden.float(), batch.block_hash, batch.public_key, list(batch.nonces), batch.k_dim)
+        except NonFiniteBatchError as error:
+            return PocBatchResult(BATCH_NON_FINITE, detail=str(error), input_wait_seconds=input_wait,
+                                  forward_seconds=head_started - forward_started)
+        payload = vectors.cpu().numpy().astype("<f2").tobytes()
+        return PocBatchResult(
+            BATCH_OK,
+            vectors=payload,
+            forward_seconds=head_started - forward_started,
+            input_wait_seconds=input_wait,
+            head_seconds=time.perf_counter() - head_started,
+        )
+
+    def close(self) -> None:
+        self._prefetcher.shutdown(wait=True, cancel_futures=True)
+
+    def _inputs_of(self, batch: PocBatch) -> torch.Tensor:
+        prefetched, self._prefetched = self._prefetched, None
+        if prefetched is not None and prefetched[0] == batch.inputs_key():
+            return prefetched[1].result()
+        return self._generate_inputs(batch)
+
+    def _generate_inputs(self, batch: PocBatch) -> torch.Tensor:
+        out = torch.empty((len(batch.nonces), batch.seq_len, self._hidden), dtype=self._input_dtype, device=self._runner.device)
+        with torch.inference_mode():
+            generate_inputs(out, batch.block_hash, batch.public_key, list(batch.nonces), stronger_rng=batch.stronger_rng)
+        return out if out.dtype == self._dtype else out.to(self._dtype)
+
+    def _forward(self, batch: PocBatch, inputs: torch.Tensor, block_ids: list[list[int]]) -> torch.Tensor:
+        """[B, H] last-token hidden states after the final norm."""
+        from vllm.forward_context import set_forward_context
+
+        runner = self._runner
+        batch_size, seq_len = len(batch.nonces), batch.seq_len
+        metadata = build_forward_metadata(runner, batch_size, seq_len, block_ids)
+        model = runner.get_model()
+        hooks = self._reflection_hooks(model, batch.block_hash)
+        try:
+            with torch.inference_mode(), platform_kernels(model), set_forward_context(
+                metadata.attention,
+                runner.vllm_config,
+                num_tokens=batch_size * seq_len,
+                slot_mapping=metadata.slot_mapping,
+                skip_compiled=True,
+            ):
+                hidden = model(
+                    input_ids=None,
+                    positions=metadata.positions,
+                    intermediate_tensors=None,
+                    inputs_embeds=inputs.view(batch_size * seq_len, self._hidden),
+                )
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return hidden.view(batch_size, seq_len, self._hidden)[:, -1, :]
+
+    def _reflection_hooks(self, model: Any, block_hash: str) -> list[Any]:
+        """Forward hooks that reflect each decoder layer's output stream: present only during this
+        forward, so inference never sees them."""
+        decoder = model.model
+        first, last = int(getattr(decoder, "start_layer", 0)), int(getattr(decoder, "end_layer", len(decoder.layers)))
+        vectors = self._vectors_for(block_hash, first, last)
+        hooks = []
+        for offset, index in enumerate(range(first, last)):
+            vector = vectors[offset]
+            hooks.append(decoder.layers[index].register_forward_hook(_reflecting(vector)))
+        return hooks
+
+    def _vectors_for(self, block_hash: str, first: int, last: int) -> torch.Tensor:
+        if self._layer_vectors is None or self._layer_vectors[0] != block_hash:
+            vectors = layer_vectors(block_hash, range(first, last), self._hidden, dtype=self._dtype, device=self._runner.device)
+            self._layer_vectors = (block_hash, vectors)
+        return self._layer_vectors[1]
+
+
+def _reflecting(vector: torch.Tensor) -> Any:
+    def hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
+        hidden, residual = output
+        return reflect_stream(hidden, residual, vector)
+
+    return hook
+
+
+def _checkpoint_dtype(hf_config: Any, fallback: torch.dtype) -> torch.dtype:
+    declared = getattr(hf_config, "dtype", None) or getattr(hf_config, "torch_dtype", None)
+    if isinstance(declared, str):
+        declared = getattr(torch, declared, None)
+    return declared if isinstance(declared, torch.dtype) else fallback
+
+
+def _synchronize(device: torch.device) -> None:
+    # Forward time means the kernels' time, not the launch's.
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

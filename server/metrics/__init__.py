@@ -1,0 +1,1 @@
+"""The Prometheus endpoint (--metrics-port): vLLM's engine metrics, per-RPC metrics and PoC rounds."""

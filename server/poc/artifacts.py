@@ -1,0 +1,50 @@
+"""One batch of a round's artifacts: nonces and their float16 vectors, as the hub numbers and fans them out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from engine_ext.consensus.artifact import encode_vector
+
+_LE_F16 = np.dtype("<f2")
+
+
+@dataclass(frozen=True)
+class ArtifactBatch:
+    """`vectors` holds len(nonces) * k_dim float16 values, little-endian, row-major: row i is nonce i's vector.
+
+    Kept as raw bytes rather than an array: the gRPC stream sends them as they are, and only the HTTP
+    callback needs the per-row base64 form.
+    """
+
+    sequence: int  # 1-based, dense per round, assigned by the hub
+    nonces: tuple[int, ...]
+    vectors: bytes
+    k_dim: int
+
+    def __post_init__(self) -> None:
+        if self.sequence < 1:
+            raise ValueError(f"sequence must be >= 1, got {self.sequence}")
+        if self.k_dim < 1:
+            raise ValueError(f"k_dim must be >= 1, got {self.k_dim}")
+        if not self.nonces:
+            raise ValueError("an artifact batch holds at least one nonce")
+        expected = len(self.nonces) * self.k_dim * _LE_F16.itemsize
+        if len(self.vectors) != expected:
+            raise ValueError(
+                f"vectors hold {len(self.vectors)} bytes, expected {expected} "
+                f"({len(self.nonces)} nonces x k_dim {self.k_dim} float16 values)"
+            )
+
+    def __len__(self) -> int:
+        return len(self.nonces)
+
+    def vector_b64(self, index: int) -> str:
+        """Row `index` in the network's artifact encoding (standard base64 of 2k little-endian bytes)."""
+        if not 0 <= index < len(self.nonces):
+            raise IndexError(f"artifact index {index} outside [0, {len(self.nonces)})")
+        row = np.frombuffer(self.vectors, dtype=_LE_F16, count=self.k_dim, offset=index * self.k_dim * _LE_F16.itemsize)
+        # The consensus codec is the one validators decode with; going through it keeps the two in step.
+        return encode_vector(row.astype(np.float16))

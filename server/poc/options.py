@@ -1,0 +1,79 @@
+"""The server's PoC flags (imports no engine: the CLI parses flags before vLLM loads)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# Seconds a recompute batch waits for free KV blocks before it is split (server.poc.batch_runner).
+DEFAULT_BLOCK_WAIT_SECONDS = 2.0
+
+# A production round (Qwen3-235B at TP 4) makes a few thousand nonces/s: a minute of it, and every
+# round of the embedded model on this CPU, fits.
+DEFAULT_BUFFER_ARTIFACTS = 1_000_000
+DEFAULT_RETENTION_SECONDS = 600.0
+DEFAULT_CALLBACK_FLUSH_SECONDS = 10.0
+DEFAULT_CALLBACK_INTERVAL_SECONDS = 5.0
+# The retry delay given to inference refused during a round: confirmation rounds are short, and
+# clients should come back soon after one ends without polling hard.
+DEFAULT_GATE_RETRY_SECONDS = 5.0
+
+
+def default_spool_path() -> str:
+    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return str(Path(state_home) / "gonka-mlnode" / "callback-spool.jsonl")
+
+
+@dataclass(frozen=True)
+class PocOptions:
+    buffer_artifacts: int = DEFAULT_BUFFER_ARTIFACTS
+    retention_seconds: float = DEFAULT_RETENTION_SECONDS
+    spool_path: str = field(default_factory=default_spool_path)
+    callback_flush_seconds: float = DEFAULT_CALLBACK_FLUSH_SECONDS
+    callback_interval_seconds: float = DEFAULT_CALLBACK_INTERVAL_SECONDS
+    block_wait_seconds: float = DEFAULT_BLOCK_WAIT_SECONDS
+    gate_retry_seconds: float = DEFAULT_GATE_RETRY_SECONDS
+
+
+def add_poc_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("poc", "Proof of Compute (PocService, ValidatePocArtifacts)")
+    group.add_argument("--poc-buffer-artifacts", type=_at_least(int, 1), default=DEFAULT_BUFFER_ARTIFACTS,
+                       help="artifacts a round keeps for subscribers that reconnect (default %(default)s)")
+    group.add_argument("--poc-retention-s", type=_at_least(float, 0), default=DEFAULT_RETENTION_SECONDS,
+                       help="seconds a stopped round's artifacts stay readable by subscribers (default %(default)s)")
+    group.add_argument("--poc-spool", default=None,
+                       help="file for callback bodies the receiver had not accepted at exit; delivered by the next "
+                            "start (default: $XDG_STATE_HOME/gonka-mlnode/callback-spool.jsonl)")
+    group.add_argument("--poc-callback-flush-s", type=_at_least(float, 0), default=DEFAULT_CALLBACK_FLUSH_SECONDS,
+                       help="at exit, seconds callbacks get to deliver before the rest is spooled (default %(default)s)")
+    group.add_argument("--poc-callback-interval-s", type=_at_least(float, 0, strictly=True), default=DEFAULT_CALLBACK_INTERVAL_SECONDS,
+                       help="seconds between artifact callback POSTs (default %(default)s, as the deployed server)")
+    group.add_argument("--poc-block-wait-s", type=_at_least(float, 0), default=DEFAULT_BLOCK_WAIT_SECONDS,
+                       help="a recompute batch waits this long for free KV blocks before it is split (default %(default)s)")
+    group.add_argument("--poc-retry-after-s", type=_at_least(float, 0), default=DEFAULT_GATE_RETRY_SECONDS,
+                       help="the retry delay inference refused during a round is given (default %(default)s)")
+
+
+def poc_options_from(namespace: argparse.Namespace) -> PocOptions:
+    return PocOptions(
+        buffer_artifacts=namespace.poc_buffer_artifacts,
+        retention_seconds=namespace.poc_retention_s,
+        spool_path=namespace.poc_spool or default_spool_path(),
+        callback_flush_seconds=namespace.poc_callback_flush_s,
+        callback_interval_seconds=namespace.poc_callback_interval_s,
+        block_wait_seconds=namespace.poc_block_wait_s,
+        gate_retry_seconds=namespace.poc_retry_after_s,
+    )
+
+
+def _at_least(kind: type, lowest: float, strictly: bool = False) -> Callable[[str], float]:
+    def check(text: str) -> float:
+        value = kind(text)
+        if value < lowest or (strictly and value == lowest):
+            raise argparse.ArgumentTypeError(f"must be {'>' if strictly else '>='} {lowest}, got {text}")
+        return value
+
+    return check

@@ -1,0 +1,202 @@
+"""Starts, stops and tracks mining rounds; owns the order of everything around a round.
+
+Start: the gate closes (new inference refused), the inference service goes NOT_SERVING, every
+inference request in flight is aborted on both output paths, and only then is the first forward
+issued. End (stop, failure, nonces exhausted, shutdown): the forwards already issued return, the
+gate opens, health flips back, subscribers get their final message, the callback flushes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Callable
+from typing import Protocol
+
+import grpc
+from grpc_health.v1 import health_pb2
+
+from engine_ext.engine import MlnodeEngine
+from gonka.mlnode.v1 import poc_pb2
+from server.errors import Reason, ServiceError
+from server.poc.artifact_hub import ArtifactHub, EndReason
+from server.poc.batch_runner import PocBatchRunner
+from server.poc.mining_round import ArtifactSink, MiningRound, RoundState
+from server.poc.priority_gate import PriorityGate
+from server.poc.round_params import RoundParameters
+
+log = logging.getLogger(__name__)
+
+
+class HealthSetter(Protocol):
+    async def set(self, service: str, status: int) -> None: ...
+
+
+class RoundCallback(ArtifactSink, Protocol):
+    """A started delivery of the round's artifacts (server.poc.callbacks.ArtifactCallback)."""
+
+    def finish(self) -> None: ...
+    def counts(self) -> object: ...
+
+
+CallbackFactory = Callable[[str, RoundParameters], RoundCallback | None]
+
+
+class RoundObserver(Protocol):
+    """Told when a round starts and when it ends (server.metrics counts rounds and nonces)."""
+
+    def round_started(self, mining: MiningRound) -> None: ...
+    def round_ended(self, mining: MiningRound) -> None: ...
+
+
+class RoundControl:
+    def __init__(
+        self,
+        engine: MlnodeEngine,
+        gate: PriorityGate,
+        hub: ArtifactHub,
+        runner: PocBatchRunner,
+        health: HealthSetter,
+        gated_services: tuple[str, ...],
+        poc_service: str,
+        callback_factory: CallbackFactory,
+        may_resume_inference: Callable[[], bool],
+    ) -> None:
+        self._engine = engine
+        self._gate = gate
+        self._hub = hub
+        self._runner = runner
+        self._health = health
+        self._gated_services = gated_services
+        # NOT_SERVING after a round failed (the engine produced non-finite values or an engine call
+        # failed), until a round starts again: an operator's health check sees it.
+        self._poc_service = poc_service
+        self._callback_factory = callback_factory
+        self._may_resume_inference = may_resume_inference
+        self._rounds: dict[str, tuple[MiningRound, RoundCallback | None, asyncio.Task[None]]] = {}
+        self._running: MiningRound | None = None
+        self._latest: str | None = None
+        # StartRound calls are serialized: two at once must not both find no round running.
+        self._starting = asyncio.Lock()
+        self._observers: list[RoundObserver] = []
+
+    def add_observer(self, observer: RoundObserver) -> None:
+        self._observers.append(observer)
+
+    @property
+    def running(self) -> MiningRound | None:
+        return self._running
+
+    async def start(self, params: RoundParameters) -> MiningRound:
+        async with self._starting:
+            if self._running is not None:
+                raise _already_running(self._running)
+            round_id = uuid.uuid4().hex
+            callback = self._callback_factory(round_id, params)
+            sinks = [callback] if callback is not None else []
+            mining = MiningRound(round_id, params, self._engine, self._hub, self._runner, sinks)
+            self._gate.close(round_id)
+            self._running = mining
+            try:
+                for service in self._gated_services:
+                    await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+                mining.preempted_streams = await self._engine.pause()
+                await self._health.set(self._poc_service, health_pb2.HealthCheckResponse.SERVING)
+                self._hub.open_round(round_id, params.artifacts.k_dim)
+            except BaseException:
+                # No forward was issued: hand everything back as it was.
+                await self._reopen()
+                if callback is not None:
+                    callback.finish()
+                raise
+            task = asyncio.create_task(self._drive(mining, callback), name=f"poc-round-{round_id}")
+            self._rounds[round_id] = (mining, callback, task)
+            self._latest = round_id
+            for observer in self._observers:
+                observer.round_started(mining)
+            log.info("round %s started (%d inference streams preempted)", round_id, mining.preempted_streams)
+            return mining
+
+    async def stop(self, round_id: str | None) -> MiningRound:
+        mining, _, task = self._entry(round_id)
+        mining.request_stop()
+        # shield: a StopRound caller that goes away does not cancel the round's wind-down.
+        await asyncio.shield(task)
+        return mining
+
+    def round(self, round_id: str | None) -> MiningRound:
+        return self._entry(round_id)[0]
+
+    def callback_counts(self, round_id: str) -> object | None:
+        callback = self._rounds[round_id][1]
+        return None if callback is None else callback.counts()
+
+    async def shutdown(self) -> None:
+        """Stops the running round (its subscribers are told the server is shutting down); the
+        callbacks' bounded flush and spool are the deliveries' own shutdown."""
+        if self._running is not None:
+            running = self._running
+            running.request_stop()
+            await asyncio.shield(self._rounds[running.round_id][2])
+        self._hub.shutdown("the server is shutting down")
+
+    def _entry(self, round_id: str | None) -> tuple[MiningRound, RoundCallback | None, asyncio.Task[None]]:
+        wanted = round_id or (self._running.round_id if self._running is not None else self._latest)
+        if wanted is None or wanted not in self._rounds:
+            raise ServiceError(
+                grpc.StatusCode.NOT_FOUND,
+                Reason.ROUND_NOT_FOUND,
+                f"round_id: no PoC round {round_id!r}" if round_id else "no PoC round has run on this server",
+                field="round_id" if round_id else None,
+            )
+        return self._rounds[wanted]
+
+    async def _reopen(self) -> None:
+        """Inference admitted again (unless the server is shutting down)."""
+        self._running = None
+        if self._may_resume_inference():
+            self._engine.resume()
+        self._gate.open()
+        for service in self._gated_services:
+            await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
+
+    async def _drive(self, mining: MiningRound, callback: RoundCallback | None) -> None:
+        try:
+            await mining.run()
+        finally:
+            # Every forward the round issued has returned (MiningRound.run settles them). Observers
+            # hear of the end while the round is still the running one, with no await in between:
+            # one that reads both (server.metrics) never sees its nonces twice or not at all.
+            for observer in self._observers:
+                observer.round_ended(mining)
+            await self._reopen()
+            if mining.state is RoundState.FAILED:
+                await self._health.set(self._poc_service, health_pb2.HealthCheckResponse.NOT_SERVING)
+            reason = EndReason.FAILED if mining.state is RoundState.FAILED else EndReason.STOPPED
+            if not self._may_resume_inference():
+                reason = EndReason.SHUTTING_DOWN if reason is EndReason.STOPPED else reason
+            self._hub.close_round(mining.round_id, reason, mining.failure)
+            if callback is not None:
+                # The final flush runs on; the server's shutdown bounds it and spools the rest.
+                callback.finish()
+            log.info("round %s ended: %s, %d nonces", mining.round_id, mining.state.name, mining.nonces_produced)
+
+
+def _already_running(running: MiningRound) -> ServiceError:
+    params = running.params
+    identity = {
+        "round_id": running.round_id,
+        "block_hash": params.artifacts.block_hash,
+        "block_height": str(params.block_height),
+        "public_key": params.artifacts.public_key,
+        "node_id": str(params.node_id),
+        "group_id": str(params.group_id),
+        "state": poc_pb2.RoundState.Name(running.state.value),
+    }
+    return ServiceError(
+        grpc.StatusCode.ALREADY_EXISTS,
+        Reason.ROUND_ALREADY_RUNNING,
+        f"a PoC round is already running (round {running.round_id}, block {params.block_height})",
+        metadata=identity,
+    )

@@ -1,0 +1,147 @@
+"""gonka.mlnode.v1.PocService: mining rounds, artifact subscriptions, artifacts of explicit nonces."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import grpc
+from grpc import aio
+
+from engine_ext.poc.batch import BATCH_NON_FINITE
+from gonka.mlnode.v1 import poc_pb2
+from server.admission import Admission
+from server.engine_failures import engine_failure
+from server.errors import Reason, ServiceError, abort_with, invalid_field
+from server.poc.artifact_hub import ArtifactHub, BatchEvent, EndEvent, EndReason, LostEvent, RoundNotFound
+from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
+from server.poc.round_control import RoundControl
+from server.poc.mining_round import MiningRound
+from server.poc.round_params import PocLimits, artifact_params, batch_size_of, nonce_list, round_parameters
+from server.poc.non_finite import non_finite_batch
+from server.service_registration import decode_request
+
+MAX_COMPUTE_NONCES = 100_000
+END_REASONS = {
+    EndReason.STOPPED: poc_pb2.SUBSCRIPTION_END_REASON_ROUND_STOPPED,
+    EndReason.FAILED: poc_pb2.SUBSCRIPTION_END_REASON_ROUND_FAILED,
+    EndReason.SHUTTING_DOWN: poc_pb2.SUBSCRIPTION_END_REASON_SERVER_SHUTTING_DOWN,
+}
+
+
+class PocServicer:
+    def __init__(self, control: RoundControl, hub: ArtifactHub, runner: PocBatchRunner, limits: PocLimits, admission: Admission) -> None:
+        self._control = control
+        self._hub = hub
+        self._runner = runner
+        self._limits = limits
+        self._admission = admission
+
+    async def StartRound(self, raw: bytes, context: aio.ServicerContext) -> poc_pb2.StartRoundResponse:
+        try:
+            request = decode_request(poc_pb2.StartRoundRequest, raw)
+            self._admission.require_open()
+            mining = await self._control.start(round_parameters(request, self._limits))
+            return poc_pb2.StartRoundResponse(status=self._status(mining))
+        except Exception as error:
+            await abort_with(context, engine_failure(error, None, self._admission))
+
+    async def StopRound(self, raw: bytes, context: aio.ServicerContext) -> poc_pb2.StopRoundResponse:
+        try:
+            request = decode_request(poc_pb2.StopRoundRequest, raw)
+            mining = await self._control.stop(request.round_id or None)
+            return poc_pb2.StopRoundResponse(status=self._status(mining))
+        except Exception as error:
+            await abort_with(context, engine_failure(error, None, self._admission))
+
+    async def GetRoundStatus(self, raw: bytes, context: aio.ServicerContext) -> poc_pb2.GetRoundStatusResponse:
+        try:
+            request = decode_request(poc_pb2.GetRoundStatusRequest, raw)
+            return poc_pb2.GetRoundStatusResponse(status=self._status(self._control.round(request.round_id or None)))
+        except Exception as error:
+            await abort_with(context, engine_failure(error, None, self._admission))
+
+    async def SubscribeArtifacts(self, raw: bytes, context: aio.ServicerContext) -> AsyncIterator[poc_pb2.SubscribeArtifactsResponse]:
+        failure: ServiceError | None = None
+        try:
+            request = decode_request(poc_pb2.SubscribeArtifactsRequest, raw)
+            if request.after_sequence < 0:
+                raise invalid_field("after_sequence", f"must be >= 0, got {request.after_sequence}")
+            round_id = request.round_id or None
+            try:
+                events = self._hub.subscribe(round_id, request.after_sequence)
+                round_id = round_id or self._hub.current_round_id()
+            except RoundNotFound:
+                # A round the control knows (so the id is right) but the hub has dropped: same answer.
+                self._control.round(round_id)
+                raise
+            async with aclosing(events) as stream:
+                async for event in stream:
+                    yield _event_message(round_id or "", event)
+        except RoundNotFound as error:
+            failure = _round_not_found(str(error), request.round_id)
+        except Exception as error:  # never leave a stream without a status
+            failure = engine_failure(error, None, self._admission)
+        if failure is not None:
+            await abort_with(context, failure)
+
+    async def ComputeArtifacts(self, raw: bytes, context: aio.ServicerContext) -> AsyncIterator[poc_pb2.ComputeArtifactsResponse]:
+        failure: ServiceError | None = None
+        try:
+            request = decode_request(poc_pb2.ComputeArtifactsRequest, raw)
+            self._admission.require_open()
+            params = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, self._limits)
+            batch_size = batch_size_of(request, params.seq_len, self._limits)
+            nonces = nonce_list(list(request.nonces), "nonces", MAX_COMPUTE_NONCES)
+            notes = KvBlockNotes()
+            sequence = 0
+            for start in range(0, len(nonces), batch_size):
+                for piece_nonces, result in await self._runner.run(params, nonces[start : start + batch_size], notes):
+                    if result.status == BATCH_NON_FINITE:
+                        raise non_finite_batch(piece_nonces, result.detail)
+                    sequence += 1
+                    batch = poc_pb2.ArtifactBatch(sequence=sequence, nonces=piece_nonces, vectors=result.vectors, k_dim=params.k_dim)
+                    yield poc_pb2.ComputeArtifactsResponse(batch=batch)
+        except Exception as error:
+            failure = engine_failure(error, None, self._admission)
+        if failure is not None:
+            await abort_with(context, failure)
+
+    def _status(self, mining: MiningRound) -> poc_pb2.RoundStatus:
+        status = mining.status()
+        counts = self._control.callback_counts(mining.round_id)
+        if counts is not None:
+            status.callback.CopyFrom(
+                poc_pb2.CallbackCounts(
+                    delivered=counts.delivered_artifacts,
+                    pending=counts.pending_artifacts,
+                    spooled=counts.spooled_artifacts,
+                    given_up=counts.given_up_artifacts,
+                    failed_attempts=counts.failed_attempts,
+                )
+            )
+        return status
+
+
+def _event_message(round_id: str, event: object) -> poc_pb2.SubscribeArtifactsResponse:
+    if isinstance(event, BatchEvent):
+        batch = event.batch
+        return poc_pb2.SubscribeArtifactsResponse(
+            round_id=round_id,
+            batch=poc_pb2.ArtifactBatch(sequence=batch.sequence, nonces=batch.nonces, vectors=batch.vectors, k_dim=batch.k_dim),
+        )
+    if isinstance(event, LostEvent):
+        lost = poc_pb2.ArtifactsLost(
+            first_missing_sequence=event.first_missing_sequence,
+            last_missing_sequence=event.last_missing_sequence,
+            batches=event.batches,
+            artifacts=event.artifacts,
+        )
+        return poc_pb2.SubscribeArtifactsResponse(round_id=round_id, lost=lost)
+    assert isinstance(event, EndEvent)
+    end = poc_pb2.SubscriptionEnd(reason=END_REASONS[event.reason], detail=event.detail, last_sequence=event.last_sequence)
+    return poc_pb2.SubscribeArtifactsResponse(round_id=round_id, end=end)
+
+
+def _round_not_found(message: str, round_id: str) -> ServiceError:
+    return ServiceError(grpc.StatusCode.NOT_FOUND, Reason.ROUND_NOT_FOUND, message, field="round_id" if round_id else None)

@@ -1,0 +1,72 @@
+"""SIGTERM during a mining round whose callback receiver is down: subscribers get a final message, the
+process exits 0, and the next start delivers every spooled artifact."""
+
+from __future__ import annotations
+
+import base64
+import signal
+import threading
+from pathlib import Path
+
+import grpc
+
+from gonka.mlnode.v1 import inference_pb2 as pb
+from gonka.mlnode.v1 import inference_pb2_grpc, poc_pb2, poc_pb2_grpc
+from tests.support.http_receiver import HttpReceiver
+from tests.support.server_process import free_port, start_server
+
+K = 12
+
+
+def test_sigterm_during_a_round_spools_and_the_next_start_delivers(tmp_path: Path, model_dir: Path) -> None:
+    spool = tmp_path / "spool.jsonl"
+    receiver_port = free_port()  # nothing listens there during the first run
+    flags = ["--poc-spool", str(spool), "--poc-callback-flush-s", "1", "--poc-callback-interval-s", "0.5"]
+    server = start_server(tmp_path / "first.log", flags)
+    produced: dict[int, str] = {}
+    ends: list[poc_pb2.SubscriptionEnd] = []
+    try:
+        with grpc.insecure_channel(server.target) as channel:
+            model = inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(pb.GetModelInfoRequest()).served_model_name
+            poc = poc_pb2_grpc.PocServiceStub(channel)
+            poc.StartRound(
+                poc_pb2.StartRoundRequest(
+                    block_hash="spool-block", block_height=3, public_key="spool-key",
+                    params=poc_pb2.PocParams(model=model, seq_len=64), batch_size=8,
+                    callback_url=f"http://127.0.0.1:{receiver_port}",
+                )
+            )
+            enough = threading.Event()
+
+            def subscribe() -> None:
+                for message in poc.SubscribeArtifacts(poc_pb2.SubscribeArtifactsRequest()):
+                    if message.HasField("batch"):
+                        for index, nonce in enumerate(message.batch.nonces):
+                            produced[nonce] = base64.b64encode(message.batch.vectors[2 * K * index : 2 * K * (index + 1)]).decode()
+                        if len(produced) >= 160:
+                            enough.set()
+                    elif message.HasField("end"):
+                        ends.append(message.end)
+
+            reader = threading.Thread(target=subscribe)
+            reader.start()
+            assert enough.wait(120), "the round produced too little"
+            server.signal(signal.SIGTERM)
+            reader.join(60)
+            assert server.wait(90) == 0, server.log_tail()
+    finally:
+        server.stop()
+    assert [end.reason for end in ends] == [poc_pb2.SUBSCRIPTION_END_REASON_SERVER_SHUTTING_DOWN]
+    assert spool.stat().st_size > 0
+
+    with HttpReceiver(port=receiver_port) as receiver:
+        second = start_server(tmp_path / "second.log", flags)
+        try:
+            def delivered(r: HttpReceiver) -> dict[int, str]:
+                return {a["nonce"]: a["vector_b64"] for body in r.received("/generated") for a in body["artifacts"]}
+
+            assert receiver.wait_for(lambda r: len(delivered(r)) >= len(produced), timeout=60), second.log_tail()
+        finally:
+            assert second.stop() == 0
+    assert delivered(receiver) == produced
+    assert ends[0].last_sequence * 8 == len(produced)

@@ -1,0 +1,117 @@
+"""The round's batch loop and its control, against a stand-in engine for what a real one cannot be
+driven into on demand: batches with non-finite values, and exact control over when forwards return.
+(The real engine's rounds are tested end to end in tests/e2e/test_poc_*.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+
+from grpc_health.v1 import health_pb2
+
+from engine_ext.poc.batch import BATCH_NON_FINITE, BATCH_OK, BATCH_WITHDRAWN, PocBatch, PocBatchResult
+from server.poc.artifact_hub import ArtifactHub, EndEvent, EndReason
+from server.poc.batch_runner import PocBatchRunner
+from server.poc.mining_round import MAX_CONSECUTIVE_REJECTIONS, RoundState
+from server.poc.priority_gate import PriorityGate
+from server.poc.round_control import RoundControl
+from server.poc.round_params import ArtifactParams, RoundParameters
+
+K = 2
+PARAMS = RoundParameters(
+    artifacts=ArtifactParams("bh", "pk", seq_len=16, k_dim=K, stronger_rng=False),
+    block_height=1, node_id=0, node_count=1, group_id=0, group_count=1, batch_size=4, callback_url="", model="m",
+)
+INFERENCE = "gonka.mlnode.v1.InferenceService"
+POC = "gonka.mlnode.v1.PocService"
+
+
+class StandInEngine:
+    """Answers PoC batches as scripted: `non_finite_from` on, every batch is rejected."""
+
+    def __init__(self, non_finite_from: int | None = None) -> None:
+        self.non_finite_from = non_finite_from
+        self.batches: list[PocBatch] = []
+        self.paused = False
+
+    async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
+        import os
+
+        await asyncio.sleep(0.01)
+        self.batches.append(batch)
+        if batch.withdrawn_if_exists and os.path.exists(batch.withdrawn_if_exists):
+            return PocBatchResult(BATCH_WITHDRAWN)
+        if self.non_finite_from is not None and len(self.batches) > self.non_finite_from:
+            return PocBatchResult(BATCH_NON_FINITE, detail="nan in the last hidden state")
+        return PocBatchResult(BATCH_OK, vectors=bytes(2 * K * len(batch.nonces)), forward_seconds=0.005)
+
+    async def pause(self) -> int:
+        self.paused = True
+        return 3
+
+    def resume(self) -> None:
+        self.paused = False
+
+
+class Health:
+    def __init__(self) -> None:
+        self.status: dict[str, int] = {}
+
+    async def set(self, service: str, status: int) -> None:
+        self.status[service] = status
+
+
+def control_of(engine: StandInEngine, hub: ArtifactHub, gate: PriorityGate, health: Health) -> RoundControl:
+    return RoundControl(engine, gate, hub, PocBatchRunner(engine), health, (INFERENCE,), POC, lambda _id, _p: None, lambda: True)
+
+
+def test_repeated_non_finite_batches_fail_the_round_visibly() -> None:
+    async def scenario():
+        engine, hub, gate, health = StandInEngine(non_finite_from=5), ArtifactHub(1000, 60), PriorityGate(), Health()
+        control = control_of(engine, hub, gate, health)
+        mining = await control.start(PARAMS)
+        assert gate.closed and engine.paused and health.status[INFERENCE] == health_pb2.HealthCheckResponse.NOT_SERVING
+        events = [event async for event in hub.subscribe(mining.round_id)]
+        await control.stop(mining.round_id)
+        return mining, events, gate, engine, health
+
+    mining, events, gate, engine, health = asyncio.run(scenario())
+    assert mining.state is RoundState.FAILED
+    assert "consecutive batches had non-finite values" in mining.failure
+    assert mining.rejected_batches == MAX_CONSECUTIVE_REJECTIONS
+    assert mining.nonces_produced == 5 * PARAMS.batch_size
+    status = mining.status()
+    assert status.failure == mining.failure and status.state == RoundState.FAILED.value
+    assert isinstance(events[-1], EndEvent) and events[-1].reason is EndReason.FAILED
+    assert not gate.closed and not engine.paused
+    assert health.status[INFERENCE] == health_pb2.HealthCheckResponse.SERVING
+    assert health.status[POC] == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def test_a_stop_withdraws_the_queued_batch_and_keeps_nonces_dense() -> None:
+    async def scenario():
+        engine, hub, gate, health = StandInEngine(), ArtifactHub(1000, 60), PriorityGate(), Health()
+        control = control_of(engine, hub, gate, health)
+        mining = await control.start(PARAMS)
+        while mining.nonces_produced < 40:
+            await asyncio.sleep(0.005)
+        await control.stop(None)
+        return mining, engine, hub, health
+
+    mining, engine, hub, health = asyncio.run(scenario())
+    assert mining.state is RoundState.STOPPED
+    produced = [n for batch in _batches(hub, mining.round_id) for n in batch.nonces]
+    assert produced == list(range(len(produced)))  # dense, in order, nothing twice
+    assert len(engine.batches) * PARAMS.batch_size >= len(produced)
+    status = mining.status()
+    assert status.nonces_produced == len(produced) and status.last_sequence == len(produced) // PARAMS.batch_size
+    assert status.seconds_stop_to_last_forward >= 0 and status.nonces_per_second_round > 0
+    assert health.status[POC] == health_pb2.HealthCheckResponse.SERVING
+
+
+def _batches(hub: ArtifactHub, round_id: str):
+    async def read():
+        from server.poc.artifact_hub import BatchEvent
+
+        return [event.batch async for event in hub.subscribe(round_id) if isinstance(event, BatchEvent)]
+
+    return asyncio.run(read())
