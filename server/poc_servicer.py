@@ -101,7 +101,7 @@ class PocServicer:
                         raise non_finite_batch(piece_nonces, result.detail)
                     sequence += 1
                     batch = poc_pb2.ArtifactBatch(sequence=sequence, nonces=piece_nonces, vectors=result.vectors, k_dim=params.k_dim)
-                    yield poc_pb2.ComputeArtifactsResponse(batch=batch)
+                    yield poc_pb2.ComputeArtifactsResponse(batch=batch, kv_blocks_note=notes.describe())
         except Exception as error:
             failure = engine_failure(error, None, self._admission)
         if failure is not None:

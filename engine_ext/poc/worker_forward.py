@@ -37,7 +37,12 @@ class PocWorkerForward:
         self._hidden = int(model_config.get_hidden_size())
         if runner.vllm_config.parallel_config.pipeline_parallel_size != 1:
             raise PipelineParallelUnsupported("the PoC forward runs without pipeline parallelism")
-        self._prefetcher = ThreadPoolExecutor(max_workers=1, thread_name_prefix="poc-inputs")
+        # Half the intra-op threads for the helper (OpenMP's thread count is per calling thread): on
+        # a CPU host the forward keeps the other half instead of both fighting over every core.
+        helper_threads = max(1, torch.get_num_threads() // 2)
+        self._prefetcher = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="poc-inputs", initializer=torch.set_num_threads, initargs=(helper_threads,)
+        )
         self._prefetched: tuple[tuple[Any, ...], Future[torch.Tensor]] | None = None
         # Reflection vectors of the last block hash (a round reuses them for every batch).
         self._layer_vectors: tuple[str, torch.Tensor] | None = None

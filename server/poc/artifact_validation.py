@@ -66,6 +66,7 @@ async def validate_poc_artifacts(
         mismatch_nonces=mismatch_nonces,
         p_value=verdict.p_value,
         fraud_detected=verdict.fraud_detected,
+        kv_blocks_note=notes.describe(),
     )
     if callback_url:
         deliver(callback_url, _validated_body(request, summary))

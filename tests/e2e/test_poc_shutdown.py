@@ -1,5 +1,6 @@
 """SIGTERM during a mining round whose callback receiver is down: subscribers get a final message, the
-process exits 0, and the next start delivers every spooled artifact."""
+process exits 0, and the next start delivers every spooled artifact. On the way, a subscriber that
+comes late to a small buffer is told exactly what it lost."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ K = 12
 def test_sigterm_during_a_round_spools_and_the_next_start_delivers(tmp_path: Path, model_dir: Path) -> None:
     spool = tmp_path / "spool.jsonl"
     receiver_port = free_port()  # nothing listens there during the first run
-    flags = ["--poc-spool", str(spool), "--poc-callback-flush-s", "1", "--poc-callback-interval-s", "0.5"]
+    # A buffer of 8 batches: a late subscriber is told exactly what it lost.
+    flags = ["--poc-spool", str(spool), "--poc-callback-flush-s", "1", "--poc-callback-interval-s", "0.5",
+             "--poc-buffer-artifacts", "64"]
     server = start_server(tmp_path / "first.log", flags)
     produced: dict[int, str] = {}
     ends: list[poc_pb2.SubscriptionEnd] = []
@@ -51,6 +54,9 @@ def test_sigterm_during_a_round_spools_and_the_next_start_delivers(tmp_path: Pat
             reader = threading.Thread(target=subscribe)
             reader.start()
             assert enough.wait(120), "the round produced too little"
+            late = next(iter(poc.SubscribeArtifacts(poc_pb2.SubscribeArtifactsRequest(after_sequence=0))))
+            assert late.HasField("lost") and late.lost.first_missing_sequence == 1
+            assert late.lost.artifacts == late.lost.batches * 8 and late.lost.batches >= 20 - 8
             server.signal(signal.SIGTERM)
             reader.join(60)
             assert server.wait(90) == 0, server.log_tail()

@@ -101,12 +101,19 @@ def test_health_lists_every_service_it_reports(server) -> None:
         "": health_pb2.HealthCheckResponse.SERVING,
         SERVICE: health_pb2.HealthCheckResponse.SERVING,
         "gonka.mlnode.v1.ValidationService": health_pb2.HealthCheckResponse.SERVING,
+        "gonka.mlnode.v1.PocService": health_pb2.HealthCheckResponse.SERVING,
     }
 
 
 def test_grpcurl_lists_the_services(server) -> None:
     listed = grpcurl(server, server.target, "list").split()
-    assert {SERVICE, "gonka.mlnode.v1.ValidationService", "grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection"} <= set(listed)
+    assert {
+        SERVICE,
+        "gonka.mlnode.v1.ValidationService",
+        "gonka.mlnode.v1.PocService",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+    } <= set(listed)
 
 
 def test_grpcurl_describes_a_method(server) -> None:

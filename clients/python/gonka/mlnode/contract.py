@@ -24,8 +24,8 @@ from google.protobuf import descriptor_pb2
 import gonka.mlnode.v1
 
 # Written by `make contract`: the previous commit's revision, plus one when the digest changed.
-REVISION = 1
-DIGEST = "sha256:e968770fbaacf73ff632f200e1316d7d5681075cc18cd80f00d1beef3809be2c"
+REVISION = 2
+DIGEST = "sha256:b2c282a52f00d35084dfdd4343d70746b2f9ad9234ef5ca63f3a602102b434cb"
 
 
 def stub_digest() -> str:

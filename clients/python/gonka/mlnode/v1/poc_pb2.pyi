@@ -220,7 +220,9 @@ class ComputeArtifactsRequest(_message.Message):
     def __init__(self, block_hash: _Optional[str] = ..., public_key: _Optional[str] = ..., params: _Optional[_Union[PocParams, _Mapping]] = ..., stronger_rng: _Optional[bool] = ..., nonces: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ...) -> None: ...
 
 class ComputeArtifactsResponse(_message.Message):
-    __slots__ = ("batch",)
+    __slots__ = ("batch", "kv_blocks_note")
     BATCH_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_NOTE_FIELD_NUMBER: _ClassVar[int]
     batch: ArtifactBatch
-    def __init__(self, batch: _Optional[_Union[ArtifactBatch, _Mapping]] = ...) -> None: ...
+    kv_blocks_note: str
+    def __init__(self, batch: _Optional[_Union[ArtifactBatch, _Mapping]] = ..., kv_blocks_note: _Optional[str] = ...) -> None: ...

@@ -175,15 +175,17 @@ class PocValidationProgress(_message.Message):
     def __init__(self, nonces: _Optional[_Iterable[int]] = ..., distances: _Optional[_Iterable[float]] = ..., mismatches: _Optional[_Iterable[bool]] = ..., nonces_checked: _Optional[int] = ..., mismatches_so_far: _Optional[int] = ...) -> None: ...
 
 class PocValidationSummary(_message.Message):
-    __slots__ = ("n_total", "n_mismatch", "mismatch_nonces", "p_value", "fraud_detected")
+    __slots__ = ("n_total", "n_mismatch", "mismatch_nonces", "p_value", "fraud_detected", "kv_blocks_note")
     N_TOTAL_FIELD_NUMBER: _ClassVar[int]
     N_MISMATCH_FIELD_NUMBER: _ClassVar[int]
     MISMATCH_NONCES_FIELD_NUMBER: _ClassVar[int]
     P_VALUE_FIELD_NUMBER: _ClassVar[int]
     FRAUD_DETECTED_FIELD_NUMBER: _ClassVar[int]
+    KV_BLOCKS_NOTE_FIELD_NUMBER: _ClassVar[int]
     n_total: int
     n_mismatch: int
     mismatch_nonces: _containers.RepeatedScalarFieldContainer[int]
     p_value: float
     fraud_detected: bool
-    def __init__(self, n_total: _Optional[int] = ..., n_mismatch: _Optional[int] = ..., mismatch_nonces: _Optional[_Iterable[int]] = ..., p_value: _Optional[float] = ..., fraud_detected: _Optional[bool] = ...) -> None: ...
+    kv_blocks_note: str
+    def __init__(self, n_total: _Optional[int] = ..., n_mismatch: _Optional[int] = ..., mismatch_nonces: _Optional[_Iterable[int]] = ..., p_value: _Optional[float] = ..., fraud_detected: _Optional[bool] = ..., kv_blocks_note: _Optional[str] = ...) -> None: ...
