@@ -248,7 +248,9 @@ def test_the_cli_runs_a_round_subscribes_and_validates(server: ServerProcess, st
     assert computed.returncode == 0, computed.stderr
     judged = cli(server, "validate-poc", *ARTIFACT_FLAGS, *THRESHOLD_FLAGS, "--json", stdin=computed.stdout)
     assert judged.returncode == 0, judged.stderr
-    assert json.loads(judged.stdout) == {"n_total": BATCH_SIZE, "n_mismatch": 0, "mismatch_nonces": [], "p_value": 1.0, "fraud_detected": False}
+    assert json.loads(judged.stdout) == {
+        "n_total": BATCH_SIZE, "n_mismatch": 0, "mismatch_nonces": [], "p_value": 1.0, "fraud_detected": False, "kv_blocks_note": "",
+    }
     assert judged.stderr == ""  # --json: no progress line
 
 
