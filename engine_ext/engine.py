@@ -46,15 +46,6 @@ class SchedulerState:
     kv_cache_usage: float
 
 
-@dataclass(frozen=True)
-class KvBlockFacts:
-    block_size: int
-    total_blocks: int
-    free_blocks: int
-    # The engine's per-step token budget (a PoC batch's B x S must fit it: the profiled size).
-    max_num_batched_tokens: int
-
-
 class MlnodeEngine:
     def __init__(
         self, llm: AsyncLLM, calls: EngineCalls, default_logprobs_mode: LogprobsMode = DEFAULT_MODE, request_metrics: bool = False
@@ -163,9 +154,6 @@ class MlnodeEngine:
         (engine_ext.poc.block_lease); the result says when too few blocks were free."""
         call = self._llm.engine_core.call_utility_async("mlnode_poc_forward", batch.to_wire())
         return PocBatchResult.from_wire(await self._guarded("PoC forward (utility call mlnode_poc_forward)", call))
-
-    async def kv_block_facts(self) -> KvBlockFacts:
-        return KvBlockFacts(**await self._utility("mlnode_kv_block_facts"))
 
     async def require_extension(self) -> None:
         """Fails unless the plugin ran in the engine core (VLLM_PLUGINS can exclude it): without its

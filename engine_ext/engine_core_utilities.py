@@ -15,13 +15,12 @@ UTILITY_MARK = "__gonka_mlnode_utility__"
 def add_engine_core_utilities() -> None:
     from vllm.v1.engine.core import EngineCore
 
-    from engine_ext.poc.block_lease import kv_block_facts, poc_forward_on_borrowed_blocks
+    from engine_ext.poc.block_lease import poc_forward_on_borrowed_blocks
 
     utilities = (
         ("mlnode_scheduler_state", _scheduler_state),
         ("mlnode_process_report", _process_report),
         ("mlnode_poc_forward", poc_forward_on_borrowed_blocks),
-        ("mlnode_kv_block_facts", kv_block_facts),
     )
     for name, function in utilities:
         if not getattr(getattr(EngineCore, name, None), UTILITY_MARK, False):

@@ -25,6 +25,8 @@ class ModelFacts:
     has_chat_template: bool
     # The residual stream's width (H of the PoC spec).
     hidden_size: int = 0
+    # The engine's per-step token budget (a PoC batch's B x S must fit it: the size vLLM profiled).
+    max_num_batched_tokens: int = 0
 
     @property
     def max_token_id(self) -> int:
@@ -52,4 +54,5 @@ def read_model_facts(vllm_config: Any, tokenizer: Any) -> ModelFacts:
         tensor_parallel_size=int(vllm_config.parallel_config.tensor_parallel_size),
         has_chat_template=getattr(tokenizer, "chat_template", None) is not None,
         hidden_size=int(model_config.get_hidden_size()),
+        max_num_batched_tokens=int(vllm_config.scheduler_config.max_num_batched_tokens),
     )

@@ -38,9 +38,10 @@ class Admission:
 
     @contextmanager
     def stream(self) -> Iterator[None]:
-        """Holds one stream slot while the block runs; refused (before any engine work) when shutting
-        down or when every slot is taken."""
+        """Holds one inference stream slot while the block runs; refused (before any engine work) when
+        shutting down, while a mining round holds the priority gate, or when every slot is taken."""
         self.require_open()
+        self.gate.require_open()
         if self._max_streams and self._streams >= self._max_streams:
             raise ServiceError(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -54,11 +55,6 @@ class Admission:
             yield
         finally:
             self._streams -= 1
-
-    def require_inference_admitted(self) -> None:
-        """For work that runs inference on the engine (Generate, ValidateInference)."""
-        self.require_open()
-        self.gate.require_open()
 
     def refusal(self) -> ServiceError:
         return ServiceError(

@@ -128,10 +128,9 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credential
     admission = Admission(options.max_concurrent_streams)
     authorizer = Authorizer(credentials.auth_token)
     health = HealthService()
-    kv_blocks = await engine.kv_block_facts()
     poc = PocComponents(
         engine,
-        poc_limits(facts, kv_blocks.max_num_batched_tokens),
+        poc_limits(facts),
         admission,
         health,
         GATED_SERVICES,

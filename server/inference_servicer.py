@@ -64,7 +64,6 @@ class InferenceServicer:
         plan: GenerationPlan | None = None
         try:
             request = decode_request(pb.GenerateRequest, raw)
-            self._admission.require_inference_admitted()
             gate_closings = self._admission.gate.closings
             request_id = request.request_id or uuid.uuid4().hex
             with self._admission.stream(), self._registry.track(request_id) as entry:

@@ -5,17 +5,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 
-import grpc
 from grpc import aio
 
 from engine_ext.poc.batch import BATCH_NON_FINITE
 from gonka.mlnode.v1 import poc_pb2
 from server.admission import Admission
 from server.engine_failures import engine_failure
-from server.errors import Reason, ServiceError, abort_with, invalid_field
+from server.errors import ServiceError, abort_with, invalid_field
 from server.poc.artifact_hub import ArtifactHub, BatchEvent, EndEvent, EndReason, LostEvent, RoundNotFound
 from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
-from server.poc.round_control import RoundControl
+from server.poc.round_control import RoundControl, round_not_found
 from server.poc.mining_round import MiningRound
 from server.poc.round_params import PocLimits, artifact_params, batch_size_of, nonce_list, round_parameters
 from server.poc.non_finite import non_finite_batch
@@ -68,18 +67,13 @@ class PocServicer:
             if request.after_sequence < 0:
                 raise invalid_field("after_sequence", f"must be >= 0, got {request.after_sequence}")
             round_id = request.round_id or None
-            try:
-                events = self._hub.subscribe(round_id, request.after_sequence)
-                round_id = round_id or self._hub.current_round_id()
-            except RoundNotFound:
-                # A round the control knows (so the id is right) but the hub has dropped: same answer.
-                self._control.round(round_id)
-                raise
+            events = self._hub.subscribe(round_id, request.after_sequence)
+            round_id = round_id or self._hub.current_round_id()
             async with aclosing(events) as stream:
                 async for event in stream:
                     yield _event_message(round_id or "", event)
         except RoundNotFound as error:
-            failure = _round_not_found(str(error), request.round_id)
+            failure = round_not_found(str(error), request.round_id)
         except Exception as error:  # never leave a stream without a status
             failure = engine_failure(error, None, self._admission)
         if failure is not None:
@@ -142,6 +136,3 @@ def _event_message(round_id: str, event: object) -> poc_pb2.SubscribeArtifactsRe
     end = poc_pb2.SubscriptionEnd(reason=END_REASONS[event.reason], detail=event.detail, last_sequence=event.last_sequence)
     return poc_pb2.SubscribeArtifactsResponse(round_id=round_id, end=end)
 
-
-def _round_not_found(message: str, round_id: str) -> ServiceError:
-    return ServiceError(grpc.StatusCode.NOT_FOUND, Reason.ROUND_NOT_FOUND, message, field="round_id" if round_id else None)

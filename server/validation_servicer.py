@@ -76,7 +76,6 @@ class ValidationServicer:
         try:
             request = decode_request(vpb.ValidateInferenceRequest, raw)
             gate = self._admission.gate
-            gate.require_open()
             gate_closings = gate.closings
             items = list(request.items)
             if not items:

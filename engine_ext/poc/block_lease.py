@@ -57,15 +57,3 @@ def poc_forward_on_borrowed_blocks(engine_core: Any, wire_batch: dict[str, Any])
     result.free_blocks, result.needed_blocks = free, needed
     result.engine_core_seconds = time.perf_counter() - started
     return result.to_wire()
-
-
-def kv_block_facts(engine_core: Any) -> dict[str, int]:
-    """The block pool's size and block size, for the frontend's batch planning."""
-    scheduler = engine_core.scheduler
-    pool = scheduler.kv_cache_manager.block_pool
-    return {
-        "block_size": int(scheduler.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size),
-        "total_blocks": int(pool.num_gpu_blocks) - 1,  # block 0 is the null block, never handed out
-        "free_blocks": int(pool.get_num_free_blocks()),
-        "max_num_batched_tokens": int(scheduler.max_num_scheduled_tokens),
-    }

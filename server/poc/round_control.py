@@ -144,12 +144,7 @@ class RoundControl:
     def _entry(self, round_id: str | None) -> tuple[MiningRound, RoundCallback | None, asyncio.Task[None]]:
         wanted = round_id or (self._running.round_id if self._running is not None else self._latest)
         if wanted is None or wanted not in self._rounds:
-            raise ServiceError(
-                grpc.StatusCode.NOT_FOUND,
-                Reason.ROUND_NOT_FOUND,
-                f"round_id: no PoC round {round_id!r}" if round_id else "no PoC round has run on this server",
-                field="round_id" if round_id else None,
-            )
+            raise round_not_found(f"round_id: no PoC round {round_id!r}" if round_id else "no PoC round has run on this server", round_id)
         return self._rounds[wanted]
 
     async def _reopen(self) -> None:
@@ -181,6 +176,10 @@ class RoundControl:
                 # The final flush runs on; the server's shutdown bounds it and spools the rest.
                 callback.finish()
             log.info("round %s ended: %s, %d nonces", mining.round_id, mining.state.name, mining.nonces_produced)
+
+
+def round_not_found(message: str, round_id: str | None) -> ServiceError:
+    return ServiceError(grpc.StatusCode.NOT_FOUND, Reason.ROUND_NOT_FOUND, message, field="round_id" if round_id else None)
 
 
 def _already_running(running: MiningRound) -> ServiceError:

@@ -79,5 +79,5 @@ class PocComponents:
         log.info("spooled callbacks: %s", report)
 
 
-def poc_limits(facts: ModelFacts, max_num_batched_tokens: int) -> PocLimits:
-    return PocLimits(facts.served_model_name, facts.max_model_len, facts.hidden_size, max_num_batched_tokens)
+def poc_limits(facts: ModelFacts) -> PocLimits:
+    return PocLimits(facts.served_model_name, facts.max_model_len, facts.hidden_size, facts.max_num_batched_tokens)

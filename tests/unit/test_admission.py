@@ -44,3 +44,15 @@ def test_no_stream_is_admitted_once_closed() -> None:
         with admission.stream():
             pass
     assert (refused.value.code, refused.value.reason_name) == (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN")
+
+
+def test_no_inference_stream_while_a_round_holds_the_gate() -> None:
+    admission = Admission(max_streams=4)
+    admission.gate.close("round-1")
+    with pytest.raises(ServiceError) as refused:
+        with admission.stream():
+            pass
+    assert (refused.value.code, refused.value.reason_name) == (grpc.StatusCode.UNAVAILABLE, "POC_IN_PROGRESS")
+    admission.gate.open()
+    with admission.stream():
+        pass
