@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -176,6 +177,19 @@ def cli_process(server: ServerProcess, *argv: str) -> subprocess.Popen:
     )
 
 
+def read_to_the_end(process: subprocess.Popen, timeout: float) -> tuple[str, str]:
+    """The rest of a process's stdout and stderr once it exits. communicate() would read the pipes'
+    descriptors and skip whatever an earlier readline() already pulled into the stream's buffer."""
+    with ThreadPoolExecutor(max_workers=2) as readers:
+        stdout, stderr = readers.submit(process.stdout.read), readers.submit(process.stderr.read)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()  # closes the pipes, so the readers finish and the pool can shut down
+            raise
+        return stdout.result(), stderr.result()
+
+
 ROUND_FLAGS = [
     "--block-hash", ROUND["block_hash"], "--public-key", ROUND["public_key"], "--seq-len", str(SEQ_LEN),
     "--block-height", "1234", "--batch-size", str(BATCH_SIZE),
@@ -216,7 +230,7 @@ def test_the_cli_runs_a_round_subscribes_and_validates(server: ServerProcess, st
             stopped = cli(server, "round", "stop", "--round-id", round_id, "--json")
         assert stopped.returncode == 0, stopped.stderr
         assert json.loads(stopped.stdout)["state"] == "ROUND_STATE_STOPPED"
-        rest, errors = subscriber.communicate(timeout=CALL_TIMEOUT)
+        rest, errors = read_to_the_end(subscriber, CALL_TIMEOUT)
     finally:
         if subscriber.poll() is None:
             subscriber.kill()
