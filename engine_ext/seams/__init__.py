@@ -2,25 +2,53 @@
 
 Each seam is a small named function with a comment on why no public hook serves; each is
 idempotent (vLLM may load plugins more than once per process) and marks what it wrapped, so the
-seams installed in a process can be read back from the patched objects themselves.
+seams installed in a process can be read back from the patched objects themselves. The functions
+below hand each call to the module of the installed vLLM's minor (engine_ext.vllm_version guards
+which releases those are).
 """
 
-from engine_ext.seams.vllm_0_15 import (
-    expected_seams,
-    install_seams,
-    installed_seams,
-    platform_kernels,
-    record_token_stream_step,
-    return_blocks_first_in_line,
-    token_stream_request_stats,
-)
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from engine_ext.seams.common import platform_kernels, return_blocks_first_in_line, token_stream_request_stats
+
+SEAM_MODULES = {"0.15": "engine_ext.seams.vllm_0_15", "0.20": "engine_ext.seams.vllm_0_20"}
+
+
+def seams_for_installed_vllm() -> ModuleType:
+    """The seam module of the installed vLLM's minor (callers on a hot path keep it)."""
+    import vllm
+
+    from engine_ext.vllm_version import minor_of
+
+    minor = minor_of(vllm.__version__)
+    if minor not in SEAM_MODULES:
+        from engine_ext.vllm_version import UnsupportedVllmVersion
+
+        raise UnsupportedVllmVersion(f"no engine seams for vLLM {vllm.__version__}")
+    return importlib.import_module(SEAM_MODULES[minor])
+
+
+def install_seams(is_cpu_platform: bool) -> None:
+    seams_for_installed_vllm().install_seams(is_cpu_platform)
+
+
+def expected_seams(is_cpu_platform: bool) -> set[str]:
+    return seams_for_installed_vllm().expected_seams(is_cpu_platform)
+
+
+def installed_seams() -> list[str]:
+    return seams_for_installed_vllm().installed_seams()
+
 
 __all__ = [
     "expected_seams",
     "install_seams",
     "installed_seams",
     "platform_kernels",
-    "record_token_stream_step",
     "return_blocks_first_in_line",
+    "seams_for_installed_vllm",
     "token_stream_request_stats",
 ]

@@ -145,6 +145,29 @@ def _write_tokenizer(out_dir: Path) -> None:
         chat_template=chat_template,
     )
     tokenizer.save_pretrained(str(out_dir))
+    # transformers 5 writes its own tokenizer_config.json format (class TokenizersBackend), which
+    # transformers 4 cannot load: written here in the format released checkpoints carry, which both
+    # read, so every supported vLLM (0.15.1 with transformers 4, 0.20.1 with 5) builds the same bytes.
+    (out_dir / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(), indent=2, sort_keys=True) + "\n")
+    # Only transformers 4 writes it, and it repeats tokenizer_config.json's special tokens.
+    (out_dir / "special_tokens_map.json").unlink(missing_ok=True)
+
+
+def _tokenizer_config() -> dict[str, object]:
+    flags = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+    return {
+        "added_tokens_decoder": {
+            str(FIRST_ADDED_TOKEN_ID + offset): {"content": text, **flags, "special": special}
+            for offset, (text, special) in enumerate(QWEN3_ADDED_TOKENS)
+        },
+        "additional_special_tokens": [text for text, special in QWEN3_ADDED_TOKENS if special],
+        "clean_up_tokenization_spaces": False,
+        "eos_token": "<|im_end|>",
+        "extra_special_tokens": {},
+        "model_max_length": MODEL_CONFIG["max_position_embeddings"],
+        "pad_token": "<|endoftext|>",
+        "tokenizer_class": "PreTrainedTokenizerFast",
+    }
 
 
 def _write_model(out_dir: Path, variant: Variant) -> None:

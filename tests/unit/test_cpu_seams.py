@@ -55,16 +55,31 @@ def test_the_widened_mask_leaves_unconstrained_logits_untouched() -> None:
     assert torch.isinf(logits[1]).sum() == vocab - 1 and logits[1, 3] == 3 + vocab
 
 
-def test_without_the_seam_a_mixed_batch_crashes_on_a_driverless_host() -> None:
-    """The bug the seam exists for, reproduced with vLLM's unwrapped function."""
+def test_without_the_seam_a_mixed_batch_crashes_on_a_driverless_host_on_vllm_0_15_only() -> None:
+    """The bug the seam exists for, reproduced with vLLM's unwrapped function; vLLM 0.20 fixed it,
+    which the same call shows there, and so 0.20's seams leave the function alone."""
+    import vllm
     from vllm.v1.structured_output.utils import apply_grammar_bitmask
+
+    from engine_ext.seams import expected_seams
+    from engine_ext.vllm_version import minor_of
 
     if torch.cuda.is_available():
         pytest.skip("pinned memory works where an NVIDIA driver is present; the bug is CPU-host only")
-    grammar = GrammarOutput(structured_output_request_ids=["s"], grammar_bitmask=np.zeros((1, 2), dtype=np.int32))
+    allow_only_3 = np.zeros((1, 2), dtype=np.int32)
+    allow_only_3[0, 0] = 1 << 3
+    grammar = GrammarOutput(structured_output_request_ids=["s"], grammar_bitmask=allow_only_3)
     scheduler = SimpleNamespace(scheduled_spec_decode_tokens={})
-    with pytest.raises(RuntimeError):
-        apply_grammar_bitmask(scheduler, grammar, SimpleNamespace(req_ids=["u", "s"]), torch.zeros(2, 64))
+    logits = torch.zeros(2, 64)
+    if minor_of(vllm.__version__) == "0.15":
+        assert CPU_GRAMMAR_BITMASK in expected_seams(is_cpu_platform=True)
+        with pytest.raises(RuntimeError):
+            apply_grammar_bitmask(scheduler, grammar, SimpleNamespace(req_ids=["u", "s"]), logits)
+    else:
+        assert CPU_GRAMMAR_BITMASK not in expected_seams(is_cpu_platform=True)
+        apply_grammar_bitmask(scheduler, grammar, SimpleNamespace(req_ids=["u", "s"]), logits)
+        assert torch.equal(logits[0], torch.zeros(64))
+        assert torch.isinf(logits[1]).sum() == 63 and logits[1, 3] == 0
 
 
 def test_seeded_rows_keep_their_generators_in_a_mixed_batch() -> None:

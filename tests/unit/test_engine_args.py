@@ -135,9 +135,9 @@ def test_the_environment_is_set_before_the_engine_starts(monkeypatch: pytest.Mon
 
 @pytest.mark.parametrize("model_flags", [(), ("--model", "/models/other")], ids=["default-model", "given-model"])
 def test_vllms_default_structured_output_backend_becomes_xgrammar(default_model: DefaultModel, model_flags: tuple[str, ...]) -> None:
-    served = settings(default_model, *model_flags, "--structured-outputs-config", '{"disable_fallback": true}')
+    served = settings(default_model, *model_flags, "--structured-outputs-config", '{"enable_in_reasoning": true}')
     config = served.vllm_args.structured_outputs_config
-    assert (config.backend, config.disable_fallback) == ("xgrammar", True)
+    assert (config.backend, config.enable_in_reasoning) == ("xgrammar", True)
     engine_factory.require_xgrammar_backend(served.vllm_args)  # passes the engine factory's check
 
 

@@ -20,9 +20,9 @@ from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend, Xgrammar
 from vllm.v1.structured_output.utils import choice_as_grammar
 
 from engine_ext.seams import expected_seams, installed_seams
-from engine_ext.seams.vllm_0_15 import GRAMMAR_DISABLED, XGRAMMAR_GRACEFUL_DEGRADATION, _install_xgrammar_graceful_degradation
+from engine_ext.seams.common import GRAMMAR_DISABLED, XGRAMMAR_GRACEFUL_DEGRADATION, install_xgrammar_graceful_degradation
 
-SEAMS_LOGGER = "engine_ext.seams.vllm_0_15"
+SEAMS_LOGGER = "engine_ext.seams.common"
 BITS_PER_MASK_WORD = 32
 
 
@@ -47,7 +47,7 @@ def token(tokenizer: Any) -> SimpleNamespace:
 
 @pytest.fixture
 def seam() -> None:
-    _install_xgrammar_graceful_degradation()
+    install_xgrammar_graceful_degradation()
 
 
 def yes_or_no(backend: XgrammarBackend) -> XgrammarGrammar:
@@ -127,7 +127,8 @@ def test_a_disabled_grammar_passes_vllms_speculative_bitmask_path(backend: Xgram
     manager.vllm_config = SimpleNamespace(
         speculative_config=SimpleNamespace(num_speculative_tokens=2), scheduler_config=SimpleNamespace(max_num_seqs=1)
     )
-    manager.backend, manager.reasoner, manager._grammar_bitmask = backend, None, None
+    manager.backend, manager._grammar_bitmask = backend, None
+    manager.reasoner = manager.reasoner_cls = None  # no reasoning parser (0.15 keeps an instance, 0.20 a class)
     manager._full_mask = torch.tensor(-1, dtype=torch.int32)
     manager.fill_bitmask_parallel_threshold = 128
     requests = {"replay-3": SimpleNamespace(structured_output_request=SimpleNamespace(grammar=grammar))}
@@ -139,7 +140,7 @@ def test_a_disabled_grammar_passes_vllms_speculative_bitmask_path(backend: Xgram
 @pytest.mark.usefixtures("seam")
 def test_the_seam_is_installed_once_and_expected_on_every_platform() -> None:
     wrapped = XgrammarGrammar.accept_tokens
-    _install_xgrammar_graceful_degradation()
+    install_xgrammar_graceful_degradation()
     assert XgrammarGrammar.accept_tokens is wrapped
     assert XGRAMMAR_GRACEFUL_DEGRADATION in installed_seams()
     assert all(XGRAMMAR_GRACEFUL_DEGRADATION in expected_seams(is_cpu_platform=cpu) for cpu in (True, False))

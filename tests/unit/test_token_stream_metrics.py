@@ -26,9 +26,38 @@ STEPS = [
 EVENTS = [EngineCoreEvent(EngineCoreEventType.QUEUED, 50.0), EngineCoreEvent(EngineCoreEventType.SCHEDULED, 50.1)]
 
 
+CACHED = 2
+# The same id on both paths (each test has its own processor): vLLM 0.20 records it per finished request.
+REQUEST_ID = "request-1"
+
+
 def engine_request(request_id: str) -> EngineCoreRequest:
     params = SamplingParams(max_tokens=4, detokenize=False, output_kind=RequestOutputKind.DELTA)
-    return EngineCoreRequest(request_id, list(PROMPT), None, params, None, 0, ARRIVAL, None, None, None, external_req_id=request_id)
+    fields = {
+        "request_id": request_id, "prompt_token_ids": list(PROMPT), "mm_features": None, "sampling_params": params,
+        "pooling_params": None, "eos_token_id": 0, "arrival_time": ARRIVAL, "lora_request": None, "cache_salt": None,
+        "data_parallel_rank": None, "external_req_id": request_id,
+    }
+    # vLLM 0.20 dropped eos_token_id from the request.
+    return EngineCoreRequest(**{name: value for name, value in fields.items() if name in EngineCoreRequest.__struct_fields__})
+
+
+def engine_output(request_id: str, tokens: list[int], finish: FinishReason | None, first: bool) -> EngineCoreOutput:
+    """One step's output, with the prefix-cache report in this vLLM's form: vLLM 0.15 puts the count on
+    every output, 0.20 puts prefill stats on the output that ends the prefill."""
+    events = EVENTS if first else None
+    if "num_cached_tokens" in EngineCoreOutput.__struct_fields__:
+        return EngineCoreOutput(request_id, tokens, finish_reason=finish, num_cached_tokens=CACHED, events=events)
+    from vllm.v1.metrics.stats import PrefillStats
+
+    prefill = PrefillStats()
+    prefill.set(num_prompt_tokens=len(PROMPT), num_local_cached_tokens=CACHED, num_external_cached_tokens=0)
+    return EngineCoreOutput(request_id, tokens, finish_reason=finish, prefill_stats=prefill if first else None, events=events)
+
+
+def recorded_stats(stats: IterationStats) -> dict:
+    # vLLM 0.20 derives num_prompt_tokens (a property) from its prompt-token stats.
+    return {**vars(stats), "num_prompt_tokens": stats.num_prompt_tokens}
 
 
 def step_stats(processor: OutputProcessor, request_id: str) -> list[dict]:
@@ -37,11 +66,8 @@ def step_stats(processor: OutputProcessor, request_id: str) -> list[dict]:
     for index, (engine_time, frontend_time, tokens, finish) in enumerate(STEPS):
         stats = IterationStats()
         stats.iteration_timestamp = frontend_time
-        output = EngineCoreOutput(
-            request_id, tokens, finish_reason=finish, num_cached_tokens=2, events=EVENTS if index == 0 else None
-        )
-        processor.process_outputs([output], engine_time, stats)
-        recorded.append(vars(stats))
+        processor.process_outputs([engine_output(request_id, tokens, finish, first=index == 0)], engine_time, stats)
+        recorded.append(recorded_stats(stats))
     return recorded
 
 
@@ -63,16 +89,16 @@ def token_stream_stats(request_metrics: bool) -> list[dict]:
     processor = OutputProcessor(None, log_stats=True)
     streams = TokenStreams(fake_llm(processor), request_metrics)
     streams.install()
-    stream = asyncio.run(streams.open("streamed", engine_request("streamed"), pad_masked=False))
-    recorded = step_stats(processor, "streamed")
+    stream = asyncio.run(streams.open(REQUEST_ID, engine_request(REQUEST_ID), pad_masked=False))
+    recorded = step_stats(processor, REQUEST_ID)
     assert stream.done and not processor.request_states  # it never reached vLLM's own processing
     return recorded
 
 
 def test_a_token_stream_adds_what_vllm_adds_for_its_own_requests() -> None:
     processor = OutputProcessor(None, log_stats=True)
-    processor.add_request(engine_request("generated"), None)
-    on_vllm_path = step_stats(processor, "generated")
+    processor.add_request(engine_request(REQUEST_ID), None)
+    on_vllm_path = step_stats(processor, REQUEST_ID)
     assert on_vllm_path[0]["time_to_first_tokens_iter"] and on_vllm_path[-1]["finished_requests"]
 
     assert token_stream_stats(request_metrics=True) == on_vllm_path

@@ -76,7 +76,6 @@ def output(token_ids: list[int], rows=None, *, packed: bool = True, finish: Fini
         kv_transfer_params={PACKED_LOGPROBS_KEY: pack(lists)} if packed and lists else None,
         finish_reason=finish,
         stop_reason=stop,
-        num_cached_tokens=16,
     )
 
 
@@ -115,6 +114,7 @@ def test_a_stream_without_logprobs_has_no_columns() -> None:
 
 def test_the_finish_travels_with_the_last_tokens_and_ends_the_stream() -> None:
     stream = new_stream()
+    stream.num_cached_tokens = 16  # as TokenStreams sets it from the engine core's report
     stream.append(output([7], [ROW_A]))
     stream.append(output([151645], [ROW_B], finish=FinishReason.STOP, stop=151645))
     assert stream.done

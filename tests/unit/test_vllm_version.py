@@ -8,22 +8,22 @@ import vllm
 from engine_ext.vllm_version import UnsupportedVllmVersion, require_supported_vllm, require_v1_model_runner
 
 
-@pytest.mark.parametrize("version", ["0.15.1", "0.15.1+cpu", "0.15.1+cu128"])
-def test_the_verified_release_is_accepted(version: str) -> None:
+@pytest.mark.parametrize("version", ["0.15.1", "0.15.1+cpu", "0.15.1+cu128", "0.20.1", "0.20.1+cpu", "0.20.1+cu130"])
+def test_the_verified_releases_are_accepted(version: str) -> None:
     require_supported_vllm(version)
 
 
-@pytest.mark.parametrize("version", ["0.20.1", "0.15.0", "0.16.0rc1", "0.15.2"])
+@pytest.mark.parametrize("version", ["0.20.0", "0.20.2", "0.15.0", "0.16.0rc1", "0.15.2", "0.21.0"])
 def test_other_releases_are_refused_with_a_clear_message(version: str) -> None:
-    with pytest.raises(UnsupportedVllmVersion, match=rf"supports vLLM 0\.15\.1 only, but vLLM {version} is installed"):
+    with pytest.raises(UnsupportedVllmVersion, match=rf"supports vLLM 0\.15\.1, 0\.20\.1 only, but vLLM {version} is installed"):
         require_supported_vllm(version)
 
 
 def test_the_plugin_entry_point_refuses_another_vllm(monkeypatch: pytest.MonkeyPatch) -> None:
     from engine_ext.plugin import register
 
-    monkeypatch.setattr(vllm, "__version__", "0.20.1")
-    with pytest.raises(UnsupportedVllmVersion, match="0.20.1"):
+    monkeypatch.setattr(vllm, "__version__", "0.20.0")
+    with pytest.raises(UnsupportedVllmVersion, match="0.20.0"):
         register()
 
 
