@@ -1,6 +1,6 @@
 # Two commands do everything on a fresh machine:
 #   make run    set up what is missing, then serve the embedded model on 127.0.0.1:50051 (Ctrl-C stops)
-#   make test   set up what is missing, then run the whole suite
+#   make test   set up what is missing, then run the whole suite (make test-all: on every supported vLLM)
 # Setup is idempotent: stamps under .venv/.stamps remember what is installed and for which inputs.
 # VLLM=0.20.1 (on any target) selects the other supported vLLM release, in its own .venv-vllm-0.20.1.
 #
@@ -47,11 +47,12 @@ QUIET := 2>&1 | { grep -v "is neither a file nor a directory" || true; }
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup run test proto proto-check proto-lint proto-breaking contract buf model bench clean lock
+.PHONY: help setup run test test-all cross-version-test proto proto-check proto-lint proto-breaking contract buf model bench clean lock
 
 help:
 	@echo "make run      serve the embedded model on 127.0.0.1:50051 (extra server flags: ARGS='...')"
-	@echo "make test     run the whole suite (extra pytest flags: PYTEST_ARGS='...')"
+	@echo "make test     run the whole suite on one vLLM release (VLLM=0.15.1, the default, or 0.20.1; PYTEST_ARGS='...')"
+	@echo "make test-all the whole suite on both releases, then their agreement (what CI runs)"
 	@echo "make bench    serving benchmark against vLLM's OpenAI and gRPC servers (prints a table)"
 	@echo "make proto    regenerate the Python stubs from protos/ (proto-check: fail if stale)"
 	@echo "make go-proto regenerate the Go stubs (go-check: stubs fresh, go vet, build, unit tests; in make test)"
@@ -107,6 +108,18 @@ run: setup
 # buf is a test tool only (not in setup): serving needs no Node.js.
 test: setup proto-check buf go-check
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Every supported vLLM release, the whole suite on each, then their agreement: what CI runs.
+test-all:
+	$(MAKE) --no-print-directory test VLLM=0.15.1
+	$(MAKE) --no-print-directory test VLLM=0.20.1
+	$(MAKE) --no-print-directory cross-version-test
+
+# Nodes on different releases agree (tests/cross_version): one server per release, side by side.
+cross-version-test:
+	$(MAKE) --no-print-directory setup VLLM=0.15.1
+	$(MAKE) --no-print-directory setup VLLM=0.20.1
+	.venv/bin/python -m pytest tests/cross_version $(PYTEST_ARGS)
 
 proto: $(STAMPS)/dev
 	$(PY) protos/codegen.py
@@ -182,3 +195,66 @@ go-check: go-proto-check
 	$(GO) vet ./...
 	$(GO) build $(GO_LANG) ./...
 	$(GO) test $(GO_LANG) ./...
+
+# =====================================================================================================================
+# Offline NVIDIA GPU hosts on vLLM 0.20.1 (docs/gpu.md). On a connected machine:
+#   make gpu-wheels [GPU_FLASHINFER=1]  download every wheel of requirements/gpu-offline-0.20.1.txt (and of
+#                                       gpu-offline-flashinfer-0.20.1.txt), for CPython 3.12 on manylinux x86-64, and
+#                                       build this project's wheel, into $(GPU_WHEELS) (about 330 MB)
+#   make gpu-wheels-split               the same, with every wheel over 60 MiB cut into 60 MiB parts, for transfers of
+#                                       bounded size; scripts/install-offline-wheels.sh joins them again
+# Copy the checkout and $(GPU_WHEELS) to the host, then there (its python3 has torch; no virtualenv):
+#   scripts/install-offline-wheels.sh $(GPU_WHEELS) $(GPU_SITE)
+#   make gpu-check PYTHON=python3       tests/gpu: the core on MLNODE_GPU_MODEL_DIR, consensus on the embedded model
+# Runs with $(PYTHON), the system interpreter: pip download needs no virtualenv, and the host has none.
+
+GPU_WHEELS ?= .build/gpu-wheels
+GPU_SITE ?= .build/gpu-site
+GPU_FLASHINFER ?=
+GPU_REQUIREMENTS := gpu-offline-0.20.1.txt $(if $(GPU_FLASHINFER),gpu-offline-flashinfer-0.20.1.txt)
+# The platforms of the verified recipe: the vLLM wheel is manylinux_2_35; the others carry 2_28 or 2014 tags.
+GPU_PLATFORMS := manylinux_2_35_x86_64 manylinux_2_28_x86_64 manylinux2014_x86_64 any
+GPU_DOWNLOAD := PIP_DISABLE_PIP_VERSION_CHECK=1 $(PYTHON) -m pip download -q --no-deps --only-binary=:all: \
+    --python-version 3.12 --implementation cp $(addprefix --platform ,$(GPU_PLATFORMS))
+# What this checkout's wheel is built from (tracked and new files; deleted ones are skipped).
+PROJECT_SOURCES := pyproject.toml README.md LICENSE server engine_ext clients/python
+GPU_PART_MIB := 60
+
+.PHONY: gpu-wheels gpu-wheels-split gpu-check
+
+gpu-wheels: $(addprefix $(GPU_WHEELS)/.lists/,$(GPU_REQUIREMENTS) project)
+
+# Each requirements file downloads into a fresh folder, and .lists/ records what it saved: a changed pin replaces
+# the old version's wheel (and its parts) instead of leaving two versions for the installer to refuse, and an
+# interrupted download leaves nothing behind.
+$(GPU_WHEELS)/.lists/%.txt: requirements/%.txt
+	rm -rf $(GPU_WHEELS)/.incoming && mkdir -p $(GPU_WHEELS)/.incoming $(@D)
+	$(GPU_DOWNLOAD) -d $(GPU_WHEELS)/.incoming -r $< $(QUIET)
+	$(call gpu_replace_listed,$@)
+
+# The project's wheel is installed on the host for its metadata: vLLM finds the plugin and the logits processor
+# through their entry points. Built from a copy, so setuptools leaves no build/ or egg-info in the checkout.
+$(GPU_WHEELS)/.lists/project: pyproject.toml
+	rm -rf $(GPU_WHEELS)/.incoming $(GPU_WHEELS)/.source && mkdir -p $(GPU_WHEELS)/.incoming $(GPU_WHEELS)/.source $(@D)
+	git ls-files -z --cached --others --exclude-standard -- $(PROJECT_SOURCES) \
+	    | tar -c --null -T - --ignore-failed-read -f - 2>/dev/null | tar -x -C $(GPU_WHEELS)/.source
+	PIP_DISABLE_PIP_VERSION_CHECK=1 $(PYTHON) -m pip wheel -q --no-deps -w $(GPU_WHEELS)/.incoming $(GPU_WHEELS)/.source $(QUIET)
+	rm -rf $(GPU_WHEELS)/.source
+	$(call gpu_replace_listed,$@)
+
+# $(1): a list file. Removes the wheels (and parts) it names, moves .incoming's wheels in, and lists them in it.
+define gpu_replace_listed
+if [ -f $(1) ]; then while read -r wheel; do rm -f $(GPU_WHEELS)/$$wheel $(GPU_WHEELS)/$$wheel.part-*; done < $(1); fi
+ls $(GPU_WHEELS)/.incoming > $(1).new
+mv $(GPU_WHEELS)/.incoming/* $(GPU_WHEELS)/ && rmdir $(GPU_WHEELS)/.incoming && mv $(1).new $(1)
+endef
+
+# The lent GPU machines receive at most 64 MiB per call: `split` cuts each larger wheel into name.whl.part-aa, -ab...
+gpu-wheels-split: gpu-wheels
+	find $(GPU_WHEELS) -maxdepth 1 -name '*.whl' -size +$(GPU_PART_MIB)M -print0 \
+	    | while IFS= read -r -d '' wheel; do split -b $(GPU_PART_MIB)M "$$wheel" "$$wheel.part-" && rm "$$wheel"; done
+
+# The source tree first, so its code wins over the copy in the project's wheel; then the offline install.
+gpu-check:
+	PYTHONPATH=$(CURDIR):$(CURDIR)/clients/python:$(abspath $(GPU_SITE))$${PYTHONPATH:+:$$PYTHONPATH} \
+	    $(PYTHON) -m pytest -q -p no:cacheprovider tests/gpu $(PYTEST_ARGS)

@@ -30,6 +30,7 @@ from engine_ext.outputs import GenerationStep
 from engine_ext.packed_logprobs import request_packed_logprobs
 from engine_ext.poc.batch import PocBatch, PocBatchResult
 from engine_ext.request_outputs import RequestOutputReader
+from engine_ext.seams import seams_for_installed_vllm
 from engine_ext.token_streams import TokenStreams, token_stream_possible
 
 
@@ -57,6 +58,7 @@ class MlnodeEngine:
         self.default_logprobs_mode = default_logprobs_mode
         self._eos_token_id = int(llm.get_tokenizer().eos_token_id)
         self._speculative = llm.vllm_config.speculative_config is not None
+        self._seams = seams_for_installed_vllm()
         self._token_streams = TokenStreams(llm, request_metrics)
         self._token_streams.install()
         # Client-side ids of the requests on vLLM's generate() path (token streams track their own).
@@ -85,7 +87,7 @@ class MlnodeEngine:
             request_packed_logprobs(params)
         prompt = TokensPrompt(prompt_token_ids=request.prompt_token_ids)
         try:
-            engine_request = llm.input_processor.process_inputs(request.request_id, prompt, params)
+            engine_request = await self._seams.engine_request(llm, request.request_id, prompt, params)
         except ValueError as error:
             part = "constraint" if request.constraint is not None else "request"
             raise RequestRejected(str(error), part) from error

@@ -157,3 +157,8 @@ def count_token_stream_tokens(iteration_stats: Any, output: Any, prefilling: boo
 def cached_prompt_tokens(output: Any) -> int | None:
     """Prompt tokens an EngineCoreOutput reports served from the prefix cache (every output carries them)."""
     return output.num_cached_tokens
+
+
+async def engine_request(llm: Any, request_id: str, prompt: Any, params: Any) -> Any:
+    """The EngineCoreRequest AsyncLLM.add_request would build (validated, not yet submitted)."""
+    return llm.input_processor.process_inputs(request_id, prompt, params)

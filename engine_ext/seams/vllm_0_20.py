@@ -95,3 +95,9 @@ def cached_prompt_tokens(output: Any) -> int | None:
     the prefill stats of the output that ends the prefill, None on the others."""
     stats = output.prefill_stats
     return None if stats is None else stats.num_cached_tokens
+
+
+async def engine_request(llm: Any, request_id: str, prompt: Any, params: Any) -> Any:
+    """The EngineCoreRequest AsyncLLM.add_request would build (validated, not yet submitted); 0.20
+    validates the request against the engine's supported tasks, which AsyncLLM caches."""
+    return llm.input_processor.process_inputs(request_id, prompt, params, supported_tasks=await llm.get_supported_tasks())

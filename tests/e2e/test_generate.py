@@ -138,7 +138,8 @@ def test_text_and_chat_inputs_use_the_models_tokenizer_and_template(client: Infe
 
     messages = [("system", "You are terse."), ("user", "Name a colour.")]
     templated = tokenizer.apply_chat_template(
-        [{"role": r, "content": c} for r, c in messages], add_generation_prompt=True, tokenize=True, enable_thinking=False
+        [{"role": r, "content": c} for r, c in messages], add_generation_prompt=True, tokenize=True, return_dict=False,
+        enable_thinking=False,
     )
     via_chat = client.generate(messages=messages, chat_template_kwargs={"enable_thinking": False}, max_tokens=12, temperature=0.0)
     assert via_chat.first.usage.prompt_tokens == len(templated)

@@ -101,7 +101,7 @@ def test_processed_mode_pads_short_lists_with_the_lowest_ids(client: InferenceCl
 def test_the_prompt_as_run_comes_back_for_an_exact_replay(client: InferenceClient, tokenizer) -> None:
     messages = [("system", "Be brief."), ("user", "Name a fruit.")]
     generation = client.generate(messages=messages, max_tokens=4, temperature=0.0, include_prompt_token_ids=True)
-    expected = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages], add_generation_prompt=True, tokenize=True)
+    expected = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages], add_generation_prompt=True, tokenize=True, return_dict=False)
     assert generation.prompt_as_run == list(expected)
     again = client.generate(token_ids=generation.prompt_as_run, max_tokens=4, temperature=0.0)
     assert again.first.token_ids == generation.first.token_ids

@@ -86,12 +86,14 @@ def start_server(
     port: int | None = None,
     env: dict[str, str] | None = None,
     credentials: grpc.ChannelCredentials | None = None,
+    python: str = sys.executable,
 ) -> ServerProcess:
-    """`credentials`: how the readiness check connects to a TLS server (None: plaintext)."""
+    """`credentials`: how the readiness check connects to a TLS server (None: plaintext).
+    `python`: the interpreter, hence the virtualenv and the vLLM release, the server runs on."""
     port = port or free_port()
     log = open(log_path, "w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "server", "--port", str(port), *extra_args],
+        [python, "-m", "server", "--port", str(port), *extra_args],
         cwd=REPO_ROOT,
         env=env or engine_environment(),
         stdout=log,
