@@ -3,7 +3,8 @@
 The tokenizer is Qwen's real BPE (151 643 ranks shipped in the `dashscope` package) converted
 with transformers' TikTokenConverter, plus Qwen3's added tokens; the model is a small Qwen3 whose
 weights are drawn from per-tensor seeded generators, so every build is byte-identical for the
-same torch version. A variant (variants.py) rescales the output head of those same weights.
+same torch version. A variant (variants.py) rescales the output head of those same weights; a shape variant
+writes a released model's config.json beside the same tokenizer and no weights.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from server.embedded_model.variants import DEFAULT_VARIANT, Variant
+from server.embedded_model.variants import DEFAULT_VARIANT, ShapeVariant, Variant
 
 WEIGHT_SEED = 20251130
 INIT_STD = 0.02
@@ -86,7 +87,7 @@ MODEL_CONFIG = {
 }
 
 
-def ensure_embedded_model(model_dir: Path | None = None, variant: Variant = DEFAULT_VARIANT) -> Path:
+def ensure_embedded_model(model_dir: Path | None = None, variant: Variant | ShapeVariant = DEFAULT_VARIANT) -> Path:
     """Returns the model directory (by default the variant's own), building it first if it is missing
     or incomplete."""
     model_dir = variant.directory if model_dir is None else model_dir
@@ -95,7 +96,7 @@ def ensure_embedded_model(model_dir: Path | None = None, variant: Variant = DEFA
     return model_dir
 
 
-def build_embedded_model(model_dir: Path | None = None, variant: Variant = DEFAULT_VARIANT) -> Path:
+def build_embedded_model(model_dir: Path | None = None, variant: Variant | ShapeVariant = DEFAULT_VARIANT) -> Path:
     """Builds into a temporary sibling and renames it into place, so a reader never sees half a model.
     The directory defaults to the variant's own, so a variant is never built over the default model."""
     model_dir = variant.directory if model_dir is None else model_dir
@@ -104,7 +105,10 @@ def build_embedded_model(model_dir: Path | None = None, variant: Variant = DEFAU
     staging.chmod(0o755)
     try:
         _write_tokenizer(staging)
-        _write_model(staging, variant)
+        if isinstance(variant, ShapeVariant):
+            _write_shape(staging, variant)
+        else:
+            _write_model(staging, variant)
         _write_build_info(staging, variant)
         if model_dir.exists():
             shutil.rmtree(model_dir)
@@ -186,6 +190,14 @@ def _write_model(out_dir: Path, variant: Variant) -> None:
     (out_dir / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
 
 
+def _write_shape(out_dir: Path, variant: ShapeVariant) -> None:
+    """config.json and generation_config.json as the tiny model's, with the variant's shape; no weights."""
+    config = {**MODEL_CONFIG, **variant.config_overrides}
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+    generation_config = {"bos_token_id": ENDOFTEXT_ID, "eos_token_id": [IM_END_ID, ENDOFTEXT_ID]}
+    (out_dir / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
+
+
 def _seeded_tensor(name: str, shape: tuple[int, ...]) -> "torch.Tensor":
     import torch
 
@@ -198,7 +210,7 @@ def _seeded_tensor(name: str, shape: tuple[int, ...]) -> "torch.Tensor":
     return values.to(torch.bfloat16)
 
 
-def _write_build_info(out_dir: Path, variant: Variant) -> None:
+def _write_build_info(out_dir: Path, variant: Variant | ShapeVariant) -> None:
     digests = {
         path.name: hashlib.sha256(path.read_bytes()).hexdigest()
         for path in sorted(out_dir.iterdir())

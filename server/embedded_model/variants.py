@@ -5,6 +5,9 @@
 the embeddings) by 32, which spreads the logits over tens of nats: at temperature 1.0, top_p 0.9 keeps
 about 8 tokens at the median position and the top token carries about half the mass, so top-k, top-p
 and min-p filters really cut.
+
+The shape variants (`ShapeVariant`) are released models' shapes with the same tokenizer and no weights, for GPU
+hosts: vLLM serves them with `--load-format dummy`.
 """
 
 from __future__ import annotations
@@ -38,8 +41,67 @@ class Variant:
         return {"variant": self.name, "lm_head_scale": self.lm_head_scale}
 
 
+@dataclass(frozen=True)
+class ShapeVariant:
+    """A released model's shape (its config.json) with the embedded model's tokenizer files and no weights.
+
+    vLLM serves it with `--load-format dummy`, which draws random weights on the device, so a GPU host is checked
+    at the real size (memory, kernels, throughput) without the checkpoint. Artifacts of such a model cannot be
+    compared with a transformers reference (that would need the same weights): the tiny model is for that.
+    """
+
+    name: str
+    directory: Path
+    # Over the tiny model's config.json: what the released model's config.json says differently.
+    config_overrides: Mapping[str, Any]
+
+    def build_info_fields(self) -> dict[str, Any]:
+        # No weights are written, so none were seeded.
+        return {"variant": self.name, "weight_seed": None, "weights": "none: serve with --load-format dummy"}
+
+
 DEFAULT_VARIANT = Variant("default", MODELS_DIR / "qwen3-tiny", lm_head_scale=1)
 PEAKED_VARIANT = Variant("peaked", MODELS_DIR / "qwen3-tiny-peaked", lm_head_scale=32)
-VARIANTS: Mapping[str, Variant] = MappingProxyType({v.name: v for v in (DEFAULT_VARIANT, PEAKED_VARIANT)})
+# Qwen/Qwen3-8B: 36 dense layers.
+QWEN3_8B_SHAPE = ShapeVariant(
+    "qwen3-8b-shape",
+    MODELS_DIR / "qwen3-8b-shape",
+    MappingProxyType({
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "max_position_embeddings": 40960,
+    }),
+)
+# Qwen/Qwen3-30B-A3B: 48 layers, each a mixture of 128 experts of which 8 run per token (transformers'
+# Qwen3MoeConfig names). Every layer is sparse (decoder_sparse_step 1, no mlp_only_layers), so intermediate_size
+# (the dense MLP's) is unused; it is kept as the released config has it.
+QWEN3_30B_A3B_SHAPE = ShapeVariant(
+    "qwen3-30b-a3b-shape",
+    MODELS_DIR / "qwen3-30b-a3b-shape",
+    MappingProxyType({
+        "architectures": ("Qwen3MoeForCausalLM",),
+        "model_type": "qwen3_moe",
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 48,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "num_experts": 128,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 768,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": (),
+        "norm_topk_prob": True,
+        "max_position_embeddings": 40960,
+    }),
+)
+VARIANTS: Mapping[str, Variant | ShapeVariant] = MappingProxyType(
+    {v.name: v for v in (DEFAULT_VARIANT, PEAKED_VARIANT, QWEN3_8B_SHAPE, QWEN3_30B_A3B_SHAPE)}
+)
 DEFAULT_MODEL_DIR = DEFAULT_VARIANT.directory
 PEAKED_MODEL_DIR = PEAKED_VARIANT.directory

@@ -74,6 +74,7 @@ def test_an_inference_served_on_one_release_replays_on_the_other(
     with InferenceClient(servers[validator].target) as client:
         responses = client.validate_inference(items, timeout=CALL_TIMEOUT)
     assert sorted(response.index for response in responses) == list(range(len(items)))
+    print(f"{mode} replay of {executor} on {validator}: distances {[round(r.verdict.distance, 6) for r in responses]}")
     for response in responses:
         verdict = response.verdict
         assert response.WhichOneof("outcome") == "verdict", response
