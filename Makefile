@@ -53,6 +53,8 @@ help:
 	@echo "make run      serve the embedded model on 127.0.0.1:50051 (extra server flags: ARGS='...')"
 	@echo "make test     run the whole suite on one vLLM release (VLLM=0.15.1, the default, or 0.20.1; PYTEST_ARGS='...')"
 	@echo "make test-all the whole suite on both releases, then their agreement (what CI runs)"
+	@echo "make gpu-wheels  offline NVIDIA host: vLLM 0.20.1's wheels into .build/gpu-wheels (docs/gpu.md)"
+	@echo "make gpu-check   the GPU check (tests/gpu) on an installed host (PYTHON=python3)"
 	@echo "make bench    serving benchmark against vLLM's OpenAI and gRPC servers (prints a table)"
 	@echo "make proto    regenerate the Python stubs from protos/ (proto-check: fail if stale)"
 	@echo "make go-proto regenerate the Go stubs (go-check: stubs fresh, go vet, build, unit tests; in make test)"

@@ -1,4 +1,4 @@
-"""`python -m server.embedded_model [--variant default|peaked] [--out DIR] [--force]`: build the embedded
+"""`python -m server.embedded_model [--variant default|peaked|qwen3-8b-shape|qwen3-30b-a3b-shape] [--out DIR] [--force]`: build the embedded
 model (by default into the variant's own directory under .build/models)."""
 
 import argparse

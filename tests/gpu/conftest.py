@@ -1,12 +1,14 @@
-"""The GPU check's servers (`make gpu-check`): the model under test, and the embedded model, whose real weights the
-consensus check recomputes on CPU. One server runs at a time: two engines would share one GPU's memory.
+"""The GPU check's servers (`make gpu-check`): the model under test, and a model with real weights (by default the
+embedded one), whose artifacts the consensus check recomputes on CPU. One server runs at a time.
 
 Environment (all optional; unset, both are the embedded model, one server, and the check runs on CPU too):
   MLNODE_GPU_MODEL_DIR        the model under test, e.g. a shape variant: `python -m server.embedded_model
                               --variant qwen3-8b-shape` builds .build/models/qwen3-8b-shape (no weights)
   MLNODE_GPU_SERVER_FLAGS     vLLM flags for it, e.g. "--load-format dummy --max-model-len 4096
                               --gpu-memory-utilization 0.85"
-  MLNODE_GPU_REFERENCE_FLAGS  vLLM flags for the embedded model's server, e.g. "--attention-backend FLASHINFER"
+  MLNODE_GPU_REFERENCE_MODEL_DIR  the consensus check's model (default: the embedded model); it needs real
+                              weights, which transformers loads on CPU as a Qwen3ForCausalLM
+  MLNODE_GPU_REFERENCE_FLAGS  vLLM flags for that model's server, e.g. "--attention-backend FLASHINFER"
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ def model_under_test() -> ServedModel:
 
 @pytest.fixture(scope="session")
 def reference_model() -> ServedModel:
-    return ServedModel.from_environment("MLNODE_GPU_REFERENCE_FLAGS")
+    return ServedModel.from_environment("MLNODE_GPU_REFERENCE_FLAGS", "MLNODE_GPU_REFERENCE_MODEL_DIR")
 
 
 @pytest.fixture(scope="module")
@@ -45,6 +47,6 @@ def client(servers: OneServerAtATime, model_under_test: ServedModel) -> Iterator
 
 @pytest.fixture(scope="module")
 def reference_client(servers: OneServerAtATime, reference_model: ServedModel) -> Iterator[InferenceClient]:
-    """A client of the embedded model (real weights)."""
+    """A client of the consensus check's model (real weights)."""
     with InferenceClient(servers.serve(reference_model).target) as connected:
         yield connected

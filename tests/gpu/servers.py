@@ -20,8 +20,9 @@ class ServedModel:
     flags: tuple[str, ...]
 
     @classmethod
-    def from_environment(cls, flags_variable: str, dir_variable: str | None = None) -> "ServedModel":
-        model_dir = Path(os.environ.get(dir_variable, EMBEDDED_MODEL_DIR)) if dir_variable else EMBEDDED_MODEL_DIR
+    def from_environment(cls, flags_variable: str, dir_variable: str) -> "ServedModel":
+        """The model directory and vLLM flags the two variables name; unset, the embedded model with no flags."""
+        model_dir = Path(os.environ.get(dir_variable) or EMBEDDED_MODEL_DIR)
         if not (model_dir / "config.json").is_file():
             pytest.fail(f"no model at {model_dir}: build it on a connected machine (`make model`) and copy it along")
         return cls(model_dir.resolve(), tuple(shlex.split(os.environ.get(flags_variable, ""))))

@@ -1,7 +1,7 @@
-"""Consensus on this host: a mining round's artifacts of the embedded model (real weights, served with
-MLNODE_GPU_REFERENCE_FLAGS) equal the ones tests/support/poc_reference.py computes on CPU with transformers and
-the consensus core, within the tolerance of tests/e2e/test_poc_artifacts.py (L2 0.02 per artifact, a tenth of the
-network's 0.2). The model under test cannot serve here: with dummy weights no reference has its weights."""
+"""Consensus on this host: a mining round's artifacts of a model with real weights (the embedded one unless
+MLNODE_GPU_REFERENCE_MODEL_DIR names another) equal the ones tests/support/poc_reference.py computes on CPU with
+transformers and the consensus core, within the tolerance of tests/e2e/test_poc_artifacts.py (L2 0.02 per artifact,
+a tenth of the network's 0.2). The model under test cannot serve here: no reference has its dummy weights."""
 
 from __future__ import annotations
 
