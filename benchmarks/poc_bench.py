@@ -22,6 +22,9 @@ Usage, from the repository root:
 
     .venv/bin/python benchmarks/poc_bench.py
     .venv/bin/python benchmarks/poc_bench.py --repeats 1 --seconds 5 --shapes 64x8
+    # a GPU host (docs/gpu.md), the Qwen3-8B shape with random weights, the network's batch:
+    python3 benchmarks/poc_bench.py --model .build/models/qwen3-8b-shape --shapes 1024x32 \
+        --server-flags "--load-format dummy --max-model-len 4096 --gpu-memory-utilization 0.85"
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import argparse
 import asyncio
 import json
 import random
+import shlex
 import sys
 import tempfile
 import time
@@ -212,7 +216,8 @@ def report(results: dict[str, Any]) -> None:
     for shape, entry in results["shapes"].items():
         m = entry["median"]
         verdict = "met" if m["ratio"] >= 1.0 else "NOT met"
-        print(f"  seq_len x batch {shape}: mining {m['mining_nonces_per_s']:.1f} nonces/s, prefill reference "
+        print(f"  seq_len x batch {shape}: mining {m['mining_nonces_per_s']:.1f} nonces/s "
+              f"({60 * m['mining_nonces_per_s']:.0f}/min), prefill reference "
               f"{m['reference_seq_per_s']:.1f} seq/s, ratio {m['ratio']:.3f} (goal >= 1.0: {verdict}); "
               f"StartRound -> first batch {m['start_to_first_batch_s'] * 1000:.0f} ms; per batch: forward "
               f"{m['forward_ms_per_batch']:.1f} ms, outside it {m['outside_forward_ms_per_batch']:.2f} ms")
@@ -236,9 +241,12 @@ def main() -> None:
     parser.add_argument("--gate-repeats", type=int, default=3)
     parser.add_argument("--validate-nonces", type=int, default=200)
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--model", help="model directory (default: the embedded model)")
+    parser.add_argument("--server-flags", default="", help="more server and vLLM flags, one string")
     args = parser.parse_args()
+    flags = SERVER_FLAGS + (["--model", args.model] if args.model else []) + shlex.split(args.server_flags)
     with tempfile.TemporaryDirectory() as scratch:
-        server = start_server(Path(scratch) / "server.log", SERVER_FLAGS + ["--poc-spool", str(Path(scratch) / "spool.jsonl")])
+        server = start_server(Path(scratch) / "server.log", flags + ["--poc-spool", str(Path(scratch) / "spool.jsonl")])
         try:
             results = asyncio.run(run(args, server.target))
         finally:
