@@ -14,8 +14,12 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from server.embedded_model.variants import DEFAULT_VARIANT, ShapeVariant, Variant
+
+if TYPE_CHECKING:  # torch is imported where weights are drawn: building a shape needs none
+    import torch
 
 WEIGHT_SEED = 20251130
 INIT_STD = 0.02
