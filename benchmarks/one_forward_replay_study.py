@@ -16,17 +16,19 @@ It starts ONE server (the peaked model and the test suite's SHARED_SERVER_FLAGS)
 3. one-forward replay: per item ONE Generate over prompt_token_ids = prompt + executor tokens,
    max_tokens 1, prompt_logprobs = the server's maximum (20), at most 128 in flight (as the validator);
    each position's chain list is built as the spec says (engine_ext.chain_lists, engine_ext.logprob_padding)
-   and the verdict is the server's own (engine_ext.inference_verdict.judge_inference), timed;
-   - raw mode: exactly the prompt logprobs (both are log_softmax of the float32 logits);
-   - processed mode: the server allows at most 20 prompt logprobs per position (no full vocabulary), so
-     the request's temperature, top-k and top-p are applied (in vLLM's order: temperature, then top-k,
-     then top-p over the ascending cumulative sum, masked entries -inf) to the 20 best raw logprobs
-     only where that is provably the full-vocabulary result: greedy and temperature 1 without filters
-     (processed = raw), top-k <= 20 (everything else is masked), top-p whose cut lies inside the 20
-     listed tokens whatever the unlisted tail holds, and other temperatures when the bound on the
-     unlisted tail moves the normalizer by at most 1e-6 nats. Other items are counted as not derivable;
-   4. untimed, the decode replay's own lists (Generate with the executor's tokens enforced), to give
-     the one-forward replay's distance to the decode replay directly.
+   and the verdict is the server's own (engine_ext.inference_verdict.judge_inference); timed, the
+   client-side list building included.
+   - raw mode: exactly the prompt logprobs (both are log_softmax of the float32 logits).
+   - processed mode: the contract allows at most 20 prompt logprobs per position (no full vocabulary),
+     so the request's temperature, top-k and top-p are applied (in vLLM's order: temperature, then
+     top-k, then top-p over the ascending cumulative sum; masked entries -inf, reported -9999.0) to the
+     20 best raw logprobs only where that provably gives the full-vocabulary result: greedy, and
+     temperature 1 without filters (processed = raw); top-k <= 20 (all else is masked); top-p whose cut
+     lies inside the listed tokens whatever the unlisted tail holds; other temperatures when bounds on
+     the unlisted tail move the normalizer by at most 1e-6 nats. An item is derivable only when every
+     position is; the others are counted, with the reason, and left to the decode replay.
+4. untimed, the decode replay's own lists (Generate with the executor's tokens enforced, as
+   ValidateInference replays), for the one-forward replay's distance to the decode replay itself.
 
 Printed per mode: items, derivable items, verdicts agreeing with the decode replay, distance of the
 one-forward replay to the original (honest items; median, max), |one-forward - decode| distance
@@ -114,8 +116,8 @@ TAIL_MASS_SLACK = 1e-6
 # A derived processed logprob may be off by at most this (nats) from the full-vocabulary one.
 NORMALIZER_TOLERANCE = 1e-6
 # Tampered copies scale the executor's logprobs by a factor in this range: with 24 positions the
-# distance is diluted by max(100, n) = 100, and factors ~2-5 put the similarity around 0.94.
-TAMPER_FACTORS = (1.5, 5.0)
+# distance is diluted by max(100, n) = 100; factors 2.2-4 put the similarity at about 0.955-0.925.
+TAMPER_FACTORS = (2.2, 4.0)
 TOKEN_PROMPT_LENGTHS = (3, 64)
 TOKEN_ID_RANGE = (100, 100_000)  # ordinary tokens of the Qwen3 tokenizer
 RPC_TIMEOUT_SECONDS = 900.0
@@ -348,22 +350,27 @@ def top_k_survivors(scaled: dict[int, float], listed: int, top_k: int) -> dict[i
     return {token: value for token, value in scaled.items() if value >= kth}
 
 
-def unlisted_mass_bound(position: PromptPosition, temperature: float, vocab_size: int) -> float:
-    """Upper bound on the sum of exp(logprob / T) over the tokens not listed.
+def unlisted_mass_bounds(position: PromptPosition, temperature: float, vocab_size: int) -> tuple[float, float]:
+    """Bounds on the sum of exp(logprob / T) over the N tokens not listed.
 
-    Their raw probabilities sum to R = 1 - listed mass, each at most x = the lowest listed one. For
-    T < 1, x^(1/T) is convex: the sum is largest with the mass packed at x (R x^(1/T-1)); for T > 1 it
-    is concave: largest spread evenly (N^(1-1/T) R^(1/T)), and never above N x^(1/T)."""
+    Their raw probabilities sum to R = 1 - listed mass (known up to the float32 rounding of the listed
+    logprobs), each at most x = the lowest listed one. T = 1: the sum is R itself. T < 1: x^(1/T) is
+    convex, so the sum is smallest spread evenly (N (R/N)^(1/T)) and largest packed at x (R x^(1/T-1));
+    T > 1: the other way round (and never above N x^(1/T))."""
     listed = dict(position.top)
     listed.setdefault(position.token, position.logprob)
-    remaining = max(0.0, 1.0 - sum(math.exp(value) for value in listed.values())) + TAIL_MASS_SLACK
+    remaining = max(0.0, 1.0 - sum(math.exp(value) for value in listed.values()))
+    low_mass, high_mass = max(0.0, remaining - TAIL_MASS_SLACK), remaining + TAIL_MASS_SLACK
     lowest = math.exp(min(value for _, value in position.top))
-    count = max(0, vocab_size - len(listed))
+    count = max(1, vocab_size - len(listed))
+    exponent = 1.0 / temperature
     if temperature == 1.0:
-        return remaining
+        return low_mass, high_mass
+    spread_evenly = (count * (low_mass / count) ** exponent, count * (high_mass / count) ** exponent)
+    packed = (low_mass * lowest ** (exponent - 1.0), high_mass * lowest ** (exponent - 1.0))
     if temperature < 1.0:
-        return remaining * lowest ** (1.0 / temperature - 1.0)
-    return min(count ** (1.0 - 1.0 / temperature) * remaining ** (1.0 / temperature), count * lowest ** (1.0 / temperature))
+        return spread_evenly[0], packed[1]
+    return packed[0], min(spread_evenly[1], count * lowest**exponent)
 
 
 def top_p_survivors(masses: dict[int, float], normalizers: tuple[float, float], top_p: float, tail_open: bool) -> dict[int, float]:
@@ -399,8 +406,9 @@ def processed_logprobs(position: PromptPosition, filters: Filters, vocab_size: i
     kept = scaled if tail_open else top_k_survivors(scaled, len(position.top), filters.top_k)
     shift = max(kept.values())  # exp relative to the best keeps every mass representable
     masses = {token: math.exp(value - shift) for token, value in kept.items()}
-    tail = unlisted_mass_bound(position, filters.temperature, vocab_size) * math.exp(-shift) if tail_open else 0.0
-    normalizers = (sum(masses.values()), sum(masses.values()) + tail)
+    tail = unlisted_mass_bounds(position, filters.temperature, vocab_size) if tail_open else (0.0, 0.0)
+    listed_mass = sum(masses.values())
+    normalizers = (listed_mass + tail[0] * math.exp(-shift), listed_mass + tail[1] * math.exp(-shift))
     if filters.top_p < 1.0:
         kept = {token: scaled[token] for token in top_p_survivors(masses, normalizers, filters.top_p, tail_open)}
         normalizers = (sum(masses[token] for token in kept),) * 2  # the tail is cut: exact
