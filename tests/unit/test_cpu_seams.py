@@ -99,3 +99,23 @@ def test_seeded_rows_keep_their_generators_in_a_mixed_batch() -> None:
     assert (mixed[0], mixed[2]) == (every_row_seeded[0], every_row_seeded[2])
     again = sample([0, 2])  # row 1 is unseeded and random; rows 0 and 2 are fixed by their seeds
     assert (again[0], again[2]) == (mixed[0], mixed[2])
+
+
+def test_without_the_seam_a_mixed_batch_ignores_the_seeds_on_both_releases() -> None:
+    """The bug the mixed-batch seam exists for, with vLLM's unwrapped forward_cpu: the same seeds give other
+    tokens from one call to the next. vLLM 0.20.1 has the same code, so its seams keep this one."""
+    from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
+
+    from engine_ext.seams import install_seams
+
+    install_seams(is_cpu_platform=True)
+    sampler = TopKTopPSampler()
+    unwrapped = TopKTopPSampler.forward_cpu.__wrapped__
+    logits = torch.randn(3, 4096, generator=torch.Generator().manual_seed(0))
+
+    def seeded_rows() -> tuple[int, int]:
+        generators = {0: torch.Generator().manual_seed(100), 2: torch.Generator().manual_seed(102)}
+        sampled = unwrapped(sampler, logits.clone(), generators, None, None)[0].tolist()
+        return sampled[0], sampled[2]
+
+    assert len({seeded_rows() for _ in range(4)}) > 1
