@@ -14,7 +14,8 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from server.embedded_model.variants import DEFAULT_VARIANT, ShapeVariant, Variant
 
@@ -110,9 +111,11 @@ def build_embedded_model(model_dir: Path | None = None, variant: Variant | Shape
     try:
         _write_tokenizer(staging)
         if isinstance(variant, ShapeVariant):
-            _write_shape(staging, variant)
+            # A released model's shape: its config over the tiny model's, and no weights.
+            _write_configs(staging, {**MODEL_CONFIG, **variant.config_overrides})
         else:
-            _write_model(staging, variant)
+            _write_weights(staging, variant)
+            _write_configs(staging, MODEL_CONFIG)
         _write_build_info(staging, variant)
         if model_dir.exists():
             shutil.rmtree(model_dir)
@@ -143,15 +146,7 @@ def _write_tokenizer(out_dir: Path) -> None:
         raise RuntimeError(f"Qwen BPE ranks changed: <|endoftext|> got id {first_id}, expected {FIRST_ADDED_TOKEN_ID}")
 
     chat_template = (Path(__file__).parent / "chat_template.jinja").read_text()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        additional_special_tokens=[text for text, special in QWEN3_ADDED_TOKENS if special],
-        model_max_length=MODEL_CONFIG["max_position_embeddings"],
-        clean_up_tokenization_spaces=False,
-        chat_template=chat_template,
-    )
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, chat_template=chat_template, **_tokenizer_settings())
     tokenizer.save_pretrained(str(out_dir))
     # transformers 5 writes its own tokenizer_config.json format (class TokenizersBackend), which
     # transformers 4 cannot load: written here in the format released checkpoints carry, which both
@@ -161,6 +156,17 @@ def _write_tokenizer(out_dir: Path) -> None:
     (out_dir / "special_tokens_map.json").unlink(missing_ok=True)
 
 
+def _tokenizer_settings() -> dict[str, object]:
+    """What the tokenizer is built with and its tokenizer_config.json says."""
+    return {
+        "eos_token": "<|im_end|>",
+        "pad_token": "<|endoftext|>",
+        "additional_special_tokens": [text for text, special in QWEN3_ADDED_TOKENS if special],
+        "model_max_length": MODEL_CONFIG["max_position_embeddings"],
+        "clean_up_tokenization_spaces": False,
+    }
+
+
 def _tokenizer_config() -> dict[str, object]:
     flags = {"lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
     return {
@@ -168,17 +174,13 @@ def _tokenizer_config() -> dict[str, object]:
             str(FIRST_ADDED_TOKEN_ID + offset): {"content": text, **flags, "special": special}
             for offset, (text, special) in enumerate(QWEN3_ADDED_TOKENS)
         },
-        "additional_special_tokens": [text for text, special in QWEN3_ADDED_TOKENS if special],
-        "clean_up_tokenization_spaces": False,
-        "eos_token": "<|im_end|>",
+        **_tokenizer_settings(),
         "extra_special_tokens": {},
-        "model_max_length": MODEL_CONFIG["max_position_embeddings"],
-        "pad_token": "<|endoftext|>",
         "tokenizer_class": "PreTrainedTokenizerFast",
     }
 
 
-def _write_model(out_dir: Path, variant: Variant) -> None:
+def _write_weights(out_dir: Path, variant: Variant) -> None:
     import torch
     from safetensors.torch import save_file
     from transformers import Qwen3Config, Qwen3ForCausalLM
@@ -189,14 +191,9 @@ def _write_model(out_dir: Path, variant: Variant) -> None:
     tensors = {name: _seeded_tensor(name, tuple(param.shape)) for name, param in skeleton.state_dict().items()}
     tensors[LM_HEAD] = tensors[LM_HEAD] * variant.lm_head_scale
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
-    (out_dir / "config.json").write_text(json.dumps(MODEL_CONFIG, indent=2, sort_keys=True) + "\n")
-    generation_config = {"bos_token_id": ENDOFTEXT_ID, "eos_token_id": [IM_END_ID, ENDOFTEXT_ID]}
-    (out_dir / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
 
 
-def _write_shape(out_dir: Path, variant: ShapeVariant) -> None:
-    """config.json and generation_config.json as the tiny model's, with the variant's shape; no weights."""
-    config = {**MODEL_CONFIG, **variant.config_overrides}
+def _write_configs(out_dir: Path, config: Mapping[str, Any]) -> None:
     (out_dir / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     generation_config = {"bos_token_id": ENDOFTEXT_ID, "eos_token_id": [IM_END_ID, ENDOFTEXT_ID]}
     (out_dir / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
