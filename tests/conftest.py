@@ -8,17 +8,16 @@ from pathlib import Path
 import pytest
 
 from gonka.mlnode.client import InferenceClient
+from server.embedded_model import DEFAULT_MODEL_DIR
 from tests.support.go_example import build_go_example
-from tests.support.server_process import REPO_ROOT, SHARED_SERVER_FLAGS, ServerProcess, start_server
-
-MODEL_DIR = REPO_ROOT / ".build" / "models" / "qwen3-tiny"
+from tests.support.server_process import SHARED_SERVER_FLAGS, ServerProcess, start_server
 
 
 @pytest.fixture(scope="session")
 def model_dir() -> Path:
-    if not (MODEL_DIR / "build_info.json").is_file():
-        pytest.fail(f"the embedded model is not built at {MODEL_DIR}: run `make test` (it builds it)")
-    return MODEL_DIR
+    if not (DEFAULT_MODEL_DIR / "build_info.json").is_file():
+        pytest.fail(f"the embedded model is not built at {DEFAULT_MODEL_DIR}: run `make test` (it builds it)")
+    return DEFAULT_MODEL_DIR
 
 
 @pytest.fixture(scope="session")

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.server_process import REPO_ROOT, SHARED_SERVER_FLAGS, ServerProcess, start_server
-
-EMBEDDED_MODEL_DIR = REPO_ROOT / ".build" / "models" / "qwen3-tiny"
+from server.embedded_model import DEFAULT_MODEL_DIR
+from tests.support.server_process import SHARED_SERVER_FLAGS, ServerProcess, start_server
 
 
 @dataclass(frozen=True)
@@ -22,7 +21,7 @@ class ServedModel:
     @classmethod
     def from_environment(cls, flags_variable: str, dir_variable: str) -> "ServedModel":
         """The model directory and vLLM flags the two variables name; unset, the embedded model with no flags."""
-        model_dir = Path(os.environ.get(dir_variable) or EMBEDDED_MODEL_DIR)
+        model_dir = Path(os.environ.get(dir_variable) or DEFAULT_MODEL_DIR)
         if not (model_dir / "config.json").is_file():
             pytest.fail(f"no model at {model_dir}: build it on a connected machine (`make model`) and copy it along")
         return cls(model_dir.resolve(), tuple(shlex.split(os.environ.get(flags_variable, ""))))
