@@ -28,13 +28,25 @@ from engine_ext.generation_request import GenerationRequest, sampling_params
 from engine_ext.model_facts import ModelFacts, read_model_facts
 from engine_ext.outputs import GenerationStep
 from engine_ext.packed_logprobs import request_packed_logprobs
-from engine_ext.poc.batch import PocBatch, PocBatchResult
+from engine_ext.poc.batch import BATCH_OK, PocBatch, PocBatchResult
 from engine_ext.request_outputs import RequestOutputReader
 from engine_ext.seams import seams_for_installed_vllm
 from engine_ext.token_streams import TokenStreams, token_stream_possible
 
 
+# The batch that compiles the PoC forward before serving: two nonces (a dynamic token count is
+# never specialized to 0 or 1), a short sequence, any identity.
+PREPARE_BLOCK_HASH = "prepare-poc-forward"
+PREPARE_PUBLIC_KEY = "prepare-poc-forward"
+PREPARE_SEQ_LEN = 16
+PREPARE_K_DIM = 2
+
+
 class ExtensionMissing(RuntimeError):
+    pass
+
+
+class PocForwardUnprepared(RuntimeError):
     pass
 
 
@@ -49,10 +61,17 @@ class SchedulerState:
 
 class MlnodeEngine:
     def __init__(
-        self, llm: AsyncLLM, calls: EngineCalls, default_logprobs_mode: LogprobsMode = DEFAULT_MODE, request_metrics: bool = False
+        self,
+        llm: AsyncLLM,
+        calls: EngineCalls,
+        default_logprobs_mode: LogprobsMode = DEFAULT_MODE,
+        request_metrics: bool = False,
+        poc_compiled: bool = True,
     ) -> None:
-        """`request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.token_streams)."""
+        """`request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.token_streams).
+        `poc_compiled`: PoC batches run the compiled forward, else the eager one (engine_ext.poc.worker_forward)."""
         self._llm = llm
+        self.poc_compiled = poc_compiled
         self.calls = calls
         # For requests that state no logprobs mode (the network's default: processed).
         self.default_logprobs_mode = default_logprobs_mode
@@ -154,8 +173,23 @@ class MlnodeEngine:
     async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
         """One PoC batch on KV blocks borrowed for it inside the same engine-core call
         (engine_ext.poc.block_lease); the result says when too few blocks were free."""
-        call = self._llm.engine_core.call_utility_async("mlnode_poc_forward", batch.to_wire())
+        call = self._llm.engine_core.call_utility_async("mlnode_poc_forward", batch.to_wire(), self.poc_compiled)
         return PocBatchResult.from_wire(await self._guarded("PoC forward (utility call mlnode_poc_forward)", call))
+
+    async def prepare_poc_forward(self) -> None:
+        """Compiles the PoC forward now, with one small batch, so that no round or validation waits
+        for it (torch.compile takes seconds on a CPU, longer on a large model; inductor's cache
+        shortens later starts). Not bounded by the engine-call timeout: it runs before serving."""
+        if not self.poc_compiled:
+            return
+        batch = PocBatch(PREPARE_BLOCK_HASH, PREPARE_PUBLIC_KEY, (0, 1), PREPARE_SEQ_LEN, PREPARE_K_DIM, False)
+        try:
+            wire = await self._llm.engine_core.call_utility_async("mlnode_poc_forward", batch.to_wire(), True)
+        except EngineDeadError as error:
+            raise EngineDead("the engine has died") from error
+        result = PocBatchResult.from_wire(wire)
+        if result.status != BATCH_OK:
+            raise PocForwardUnprepared(f"the compiled PoC forward's first batch came back {result.status}: {result.detail}")
 
     async def require_extension(self) -> None:
         """Fails unless the plugin ran in the engine core (VLLM_PLUGINS can exclude it): without its

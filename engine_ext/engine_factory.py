@@ -59,10 +59,15 @@ def require_xgrammar_backend(engine_args: AsyncEngineArgs) -> None:
 
 
 def create_engine(
-    settings: EngineSettings, calls: EngineCalls, default_logprobs_mode: LogprobsMode = DEFAULT_MODE, request_metrics: bool = False
+    settings: EngineSettings,
+    calls: EngineCalls,
+    default_logprobs_mode: LogprobsMode = DEFAULT_MODE,
+    request_metrics: bool = False,
+    poc_compiled: bool = True,
 ) -> MlnodeEngine:
     """Starts the engine processes (call before creating the gRPC server: vLLM forks).
-    `request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.token_streams)."""
+    `request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.token_streams);
+    `poc_compiled`: the compiled PoC forward, else the eager one."""
     require_supported_vllm(vllm.__version__)
     require_no_kv_connector(settings.vllm_args)
     require_xgrammar_backend(settings.vllm_args)
@@ -74,4 +79,4 @@ def create_engine(
     # Read by vLLM while it configures the engine, and inherited by the engine processes it starts.
     os.environ.update(settings.environment)
     llm = AsyncLLM.from_engine_args(engine_args, usage_context=USAGE_CONTEXT)
-    return MlnodeEngine(llm, calls, default_logprobs_mode, request_metrics)
+    return MlnodeEngine(llm, calls, default_logprobs_mode, request_metrics, poc_compiled)

@@ -14,9 +14,10 @@ class MlnodeWorkerExtension:
 
         return describe_this_process()
 
-    def mlnode_poc_forward(self, wire_batch: dict[str, Any], block_ids: list[list[int]]) -> dict[str, Any] | None:
+    def mlnode_poc_forward(self, wire_batch: dict[str, Any], block_ids: list[list[int]], compiled: bool) -> dict[str, Any] | None:
         """One PoC batch on this rank (engine_ext.poc.worker_forward), on KV blocks the engine core
-        borrowed for it; None on ranks that do not compute the head."""
+        borrowed for it, with the compiled or the eager forward; None on ranks that do not compute
+        the head."""
         from engine_ext.poc.batch import PocBatch
         from engine_ext.poc.worker_forward import PocWorkerForward
 
@@ -26,4 +27,4 @@ class MlnodeWorkerExtension:
         if forward is None:
             forward = PocWorkerForward(self.model_runner)
             self._mlnode_poc_forward = forward
-        return forward.run(PocBatch.from_wire(wire_batch), block_ids).to_wire()
+        return forward.run(PocBatch.from_wire(wire_batch), block_ids, compiled).to_wire()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import grpc
@@ -103,7 +104,9 @@ async def serve(options: ServerOptions, credentials: ServerCredentials, engine_a
     try:
         # With metrics, token streams feed vLLM's per-request metrics too (about 2 µs a token).
         request_metrics = options.metrics is not None
-        engine = create_engine(engine_args, calls, LOGPROBS_MODES[options.default_logprobs_mode], request_metrics)
+        engine = create_engine(
+            engine_args, calls, LOGPROBS_MODES[options.default_logprobs_mode], request_metrics, options.poc.compiled_forward
+        )
     except (EngineConfigurationError, UnsupportedVllmVersion) as error:
         raise StartupError(str(error)) from error
     try:
@@ -112,11 +115,24 @@ async def serve(options: ServerOptions, credentials: ServerCredentials, engine_a
         engine.shutdown()
 
 
+async def _prepare_poc_forward(engine: MlnodeEngine) -> None:
+    if not engine.poc_compiled:
+        return
+    log.info("compiling the PoC forward (torch.compile; --poc-forward eager skips it)")
+    started = time.monotonic()
+    try:
+        await engine.prepare_poc_forward()
+    except Exception as error:  # torch.compile's failures have no common base class
+        raise StartupError(f"the PoC forward did not compile ({error}); --poc-forward eager runs it uncompiled") from error
+    log.info("PoC forward compiled in %.1f s", time.monotonic() - started)
+
+
 async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credentials: ServerCredentials, trigger: ShutdownTrigger) -> int:
     try:
         await engine.require_extension()
     except ExtensionMissing as error:
         raise StartupError(str(error)) from error
+    await _prepare_poc_forward(engine)
     facts = engine.model_facts()
     tokenizer = engine.tokenizer()
     limits = PromptLimits(

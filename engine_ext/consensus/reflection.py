@@ -3,7 +3,7 @@
 v_i = normal(seed(f"{BH}_layer_{i}_householder"), H) / ||v|| (float32, no epsilon). After decoder layer
 i of a PoC forward, the stream x becomes x - 2 (x.v_i) v_i with v_i in the activation dtype. vLLM's
 decoder layers return (hidden, residual) whose sum is the stream; the map is linear, so both parts are
-reflected. The engine's forward hook calls `reflect_stream` with that pair.
+reflected. The engine's PoC layer stack (engine_ext.poc.layer_stack) calls `reflect_stream` with that pair.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def layer_vectors(
 ) -> torch.Tensor:
     """[len(layer_indices), hidden]: the unit reflection vector of each global layer index, in `dtype`.
 
-    Normalized in float32, then rounded once to `dtype` (the activation dtype for the hook).
+    Normalized in float32, then rounded once to `dtype` (the activation dtype of the stream).
     """
     require_int_at_least("hidden", hidden, 1)
     seeds = [layer_seed(block_hash, i) for i in layer_indices]

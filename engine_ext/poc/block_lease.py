@@ -29,7 +29,7 @@ def blocks_per_sequence(seq_len: int, block_size: int) -> int:
     return math.ceil(seq_len / block_size)
 
 
-def poc_forward_on_borrowed_blocks(engine_core: Any, wire_batch: dict[str, Any]) -> dict[str, Any]:
+def poc_forward_on_borrowed_blocks(engine_core: Any, wire_batch: dict[str, Any], compiled: bool) -> dict[str, Any]:
     started = time.perf_counter()
     batch = PocBatch.from_wire(wire_batch)
     if batch.withdrawn_if_exists and os.path.exists(batch.withdrawn_if_exists):
@@ -46,7 +46,7 @@ def poc_forward_on_borrowed_blocks(engine_core: Any, wire_batch: dict[str, Any])
     try:
         ids = [block.block_id for block in blocks]
         per_nonce = [ids[i * per_sequence : (i + 1) * per_sequence] for i in range(len(batch.nonces))]
-        replies = engine_core.collective_rpc(WORKER_METHOD, args=(wire_batch, per_nonce))
+        replies = engine_core.collective_rpc(WORKER_METHOD, args=(wire_batch, per_nonce, compiled))
     finally:
         return_blocks_first_in_line(pool, blocks)
     # Only the last pipeline rank computes the head; with tensor parallelism every rank has it.

@@ -2,9 +2,14 @@
 
 One forward per batch of nonces on the loaded model: inputs written by the consensus core into their
 own tensor (never KV-cache storage), positions 0..S-1 per nonce, attention metadata built for this
-call, the per-layer reflections hooked on only for this forward, eager (`skip_compiled`: the compiled
-model cannot take inputs_embeds without input ids, and hooks must not touch the inference graph) on
-vLLM's own kernels (seams.platform_kernels).
+call, the decoder layers with the reflections between them (engine_ext.poc.layer_stack: code only
+a PoC forward runs, so the inference path never sees a reflection). The model's own compiled graph
+is never used (`skip_compiled`: it cannot take inputs_embeds without input ids). Two ways to run the
+stack, chosen per call:
+- compiled: torch.compile (inductor) of the stack, a graph of the PoC's own with the token count
+  dynamic (one compilation serves every batch shape); the norms, rotary embedding, activations and
+  reflections are fused, as vLLM's compiled prefill fuses them;
+- eager: vLLM's own kernels (seams.platform_kernels), one op at a time.
 While a batch's forward runs, a helper thread generates the inputs of the batch announced next.
 """
 
@@ -16,9 +21,10 @@ from typing import Any
 
 import torch
 
-from engine_ext.consensus import NonFiniteBatchError, generate_inputs, head_vectors, layer_vectors, reflect_stream
+from engine_ext.consensus import NonFiniteBatchError, generate_inputs, head_vectors, layer_vectors
 from engine_ext.poc.batch import BATCH_NON_FINITE, BATCH_OK, PocBatch, PocBatchResult
 from engine_ext.poc.forward_metadata import build_forward_metadata
+from engine_ext.poc.layer_stack import decoder_layers, reflected_stack
 from engine_ext.seams import platform_kernels
 
 
@@ -46,8 +52,13 @@ class PocWorkerForward:
         self._prefetched: tuple[tuple[Any, ...], Future[torch.Tensor]] | None = None
         # Reflection vectors of the last block hash (a round reuses them for every batch).
         self._layer_vectors: tuple[str, torch.Tensor] | None = None
+        self._stack = decoder_layers(runner.get_model())
+        # dynamic=False with the token dimension marked dynamic at each call: every other size
+        # (hidden, layer count) stays a constant the kernels are specialized for. Traced and compiled
+        # on its first call.
+        self._compiled_stack = torch.compile(reflected_stack, dynamic=False)
 
-    def run(self, batch: PocBatch, block_ids: list[list[int]]) -> PocBatchResult:
+    def run(self, batch: PocBatch, block_ids: list[list[int]], compiled: bool) -> PocBatchResult:
         started = time.perf_counter()
         inputs = self._inputs_of(batch)
         input_wait = time.perf_counter() - started
@@ -56,7 +67,7 @@ class PocWorkerForward:
             self._prefetched = (upcoming.inputs_key(), self._prefetcher.submit(self._generate_inputs, upcoming))
 
         forward_started = time.perf_counter()
-        last_hidden = self._forward(batch, inputs, block_ids)
+        last_hidden = self._forward(batch, inputs, block_ids, compiled)
         _synchronize(last_hidden.device)
         head_started = time.perf_counter()
         try:
@@ -88,59 +99,41 @@ class PocWorkerForward:
             generate_inputs(out, batch.block_hash, batch.public_key, list(batch.nonces), stronger_rng=batch.stronger_rng)
         return out if out.dtype == self._dtype else out.to(self._dtype)
 
-    def _forward(self, batch: PocBatch, inputs: torch.Tensor, block_ids: list[list[int]]) -> torch.Tensor:
+    def _forward(self, batch: PocBatch, inputs: torch.Tensor, block_ids: list[list[int]], compiled: bool) -> torch.Tensor:
         """[B, H] last-token hidden states after the final norm."""
         from vllm.forward_context import set_forward_context
 
         runner = self._runner
         batch_size, seq_len = len(batch.nonces), batch.seq_len
         metadata = build_forward_metadata(runner, batch_size, seq_len, block_ids)
-        model = runner.get_model()
-        hooks = self._reflection_hooks(model, batch.block_hash)
-        try:
-            with torch.inference_mode(), platform_kernels(model), set_forward_context(
-                metadata.attention,
-                runner.vllm_config,
-                num_tokens=batch_size * seq_len,
-                slot_mapping=metadata.slot_mapping,
-                skip_compiled=True,
-            ):
-                hidden = model(
-                    input_ids=None,
-                    positions=metadata.positions,
-                    intermediate_tensors=None,
-                    inputs_embeds=inputs.view(batch_size * seq_len, self._hidden),
-                )
-        finally:
-            for hook in hooks:
-                hook.remove()
+        tokens = inputs.view(batch_size * seq_len, self._hidden)
+        vectors = self._vectors_for(batch.block_hash)
+        with torch.inference_mode(), set_forward_context(
+            metadata.attention,
+            runner.vllm_config,
+            num_tokens=batch_size * seq_len,
+            slot_mapping=metadata.slot_mapping,
+            skip_compiled=True,
+        ):
+            if compiled:
+                hidden = self._compiled(metadata.positions, tokens, vectors)
+            else:
+                with platform_kernels(runner.get_model()):
+                    hidden = reflected_stack(self._stack.decoder, self._stack.layers, metadata.positions, tokens, vectors)
         return hidden.view(batch_size, seq_len, self._hidden)[:, -1, :]
 
-    def _reflection_hooks(self, model: Any, block_hash: str) -> list[Any]:
-        """Forward hooks that reflect each decoder layer's output stream: present only during this
-        forward, so inference never sees them."""
-        decoder = model.model
-        first, last = int(getattr(decoder, "start_layer", 0)), int(getattr(decoder, "end_layer", len(decoder.layers)))
-        vectors = self._vectors_for(block_hash, first, last)
-        hooks = []
-        for offset, index in enumerate(range(first, last)):
-            vector = vectors[offset]
-            hooks.append(decoder.layers[index].register_forward_hook(_reflecting(vector)))
-        return hooks
+    def _compiled(self, positions: torch.Tensor, tokens: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.mark_dynamic(tokens, 0)
+        torch._dynamo.mark_dynamic(positions, 0)
+        return self._compiled_stack(self._stack.decoder, self._stack.layers, positions, tokens, vectors)
 
-    def _vectors_for(self, block_hash: str, first: int, last: int) -> torch.Tensor:
+    def _vectors_for(self, block_hash: str) -> torch.Tensor:
         if self._layer_vectors is None or self._layer_vectors[0] != block_hash:
-            vectors = layer_vectors(block_hash, range(first, last), self._hidden, dtype=self._dtype, device=self._runner.device)
+            first = self._stack.first_index
+            indices = range(first, first + len(self._stack.layers))
+            vectors = layer_vectors(block_hash, indices, self._hidden, dtype=self._dtype, device=self._runner.device)
             self._layer_vectors = (block_hash, vectors)
         return self._layer_vectors[1]
-
-
-def _reflecting(vector: torch.Tensor) -> Any:
-    def hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
-        hidden, residual = output
-        return reflect_stream(hidden, residual, vector)
-
-    return hook
 
 
 def _checkpoint_dtype(hf_config: Any, fallback: torch.dtype) -> torch.dtype:

@@ -402,8 +402,8 @@ def platform_kernels(model: Any) -> Iterator[None]:
 
     An engine compiled with torch.compile (vLLM's default on CPU and GPU) binds every CustomOp
     (RMSNorm, rotary embedding, SiluAndMul, ...) to its plain-torch forward_native, for inductor to
-    fuse. The PoC forward must run eager (inputs_embeds without input ids cannot take the compiled
-    graph, and its layer hooks must not touch it), where those plain-torch ops run one by one: on the
+    fuse. The eager PoC forward (--poc-forward eager) runs outside the compiled graph (inputs_embeds
+    without input ids cannot take it), where those plain-torch ops run one by one: on the
     embedded model that doubled the forward against vLLM's own prefill. CustomOp binds its method once,
     at construction (`_forward_method`); no public call rebinds it per call.
     """

@@ -20,6 +20,8 @@ DEFAULT_CALLBACK_INTERVAL_SECONDS = 5.0
 # The retry delay given to inference refused during a round: confirmation rounds are short, and
 # clients should come back soon after one ends without polling hard.
 DEFAULT_GATE_RETRY_SECONDS = 5.0
+# How the worker runs a PoC batch (engine_ext.poc.worker_forward).
+POC_FORWARDS = ("compiled", "eager")
 
 
 def default_spool_path() -> str:
@@ -36,6 +38,7 @@ class PocOptions:
     callback_interval_seconds: float = DEFAULT_CALLBACK_INTERVAL_SECONDS
     block_wait_seconds: float = DEFAULT_BLOCK_WAIT_SECONDS
     gate_retry_seconds: float = DEFAULT_GATE_RETRY_SECONDS
+    compiled_forward: bool = True
 
 
 def add_poc_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +56,10 @@ def add_poc_arguments(parser: argparse.ArgumentParser) -> None:
                        help="seconds between artifact callback POSTs (default %(default)s, as the deployed server)")
     group.add_argument("--poc-block-wait-s", type=_at_least(float, 0), default=DEFAULT_BLOCK_WAIT_SECONDS,
                        help="a recompute batch waits this long for free KV blocks before it is split (default %(default)s)")
+    group.add_argument("--poc-forward", choices=POC_FORWARDS, default=POC_FORWARDS[0],
+                       help="compiled: the PoC forward compiled by torch.compile before the server serves (seconds "
+                            "to minutes at start, cached for later starts; faster batches); eager: vLLM's kernels one "
+                            "by one, nothing to compile (default %(default)s)")
     group.add_argument("--poc-retry-after-s", type=_at_least(float, 0), default=DEFAULT_GATE_RETRY_SECONDS,
                        help="the retry delay inference refused during a round is given (default %(default)s)")
 
@@ -66,6 +73,7 @@ def poc_options_from(namespace: argparse.Namespace) -> PocOptions:
         callback_interval_seconds=namespace.poc_callback_interval_s,
         block_wait_seconds=namespace.poc_block_wait_s,
         gate_retry_seconds=namespace.poc_retry_after_s,
+        compiled_forward=namespace.poc_forward == "compiled",
     )
 
 

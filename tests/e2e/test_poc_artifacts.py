@@ -147,7 +147,7 @@ def test_the_tolerance_tells_a_forward_without_reflections_apart(
     poc: poc_pb2_grpc.PocServiceStub, model_name: str, reference: HfPocReference
 ) -> None:
     """Negative control: if the engine skipped the per-layer reflection, the agreement test above would fail
-    for every nonce (otherwise that test could not catch a missing hook)."""
+    for every nonce (otherwise that test could not catch a missing reflection)."""
     rows = one_batch(poc, model_name, NONCES, 64)
     plain = [l2_distance(vector, reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, 64, K, reflect_layers=False)) for nonce, vector in rows]
     print(f"engine vs the unreflected reference: min L2 {min(plain):.4f}")

@@ -1,6 +1,6 @@
 """PoC artifacts at tensor parallel 2 equal the independent single-process forward (poc-v2.md section 6).
 
-At TP 2 every rank generates the same inputs locally, runs its shard of the forward with the reflection hooks on
+At TP 2 every rank generates the same inputs locally, runs its shard of the forward with the reflections after
 its own decoder layers (whose outputs are the all-reduced full stream), and computes the head; the engine core
 returns one rank's vectors. A rank that generated other inputs, reflected a partial sum, or disagreed on the batch
 would move the artifacts away from the Hugging Face reference of tests/support/poc_reference.py.

@@ -126,7 +126,7 @@ def test_the_environment_is_set_before_the_engine_starts(monkeypatch: pytest.Mon
             return "llm"
 
     monkeypatch.setattr(engine_factory, "AsyncLLM", RecordingAsyncLLM)
-    monkeypatch.setattr(engine_factory, "MlnodeEngine", lambda llm, calls, mode, request_metrics: (llm, calls, mode))
+    monkeypatch.setattr(engine_factory, "MlnodeEngine", lambda llm, calls, mode, request_metrics, poc_compiled: (llm, calls, mode))
     args = AsyncEngineArgs(model="/m", structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"))
     started = engine_factory.create_engine(EngineSettings(args, {CPU_KV_CACHE_ENV: "1"}), "calls", "mode")
     assert started == ("llm", "calls", "mode")

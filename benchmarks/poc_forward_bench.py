@@ -1,0 +1,178 @@
+"""The PoC forward alone, in one engine: compiled against eager, both against vLLM's own prefill of the
+same tokens. Prints figures; asserts nothing about speed.
+
+One vLLM engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, with the project's worker
+extension), so its worker's PoC forward (engine_ext.poc.worker_forward) can be timed and profiled
+directly. Per shape (seq_len x batch), in rounds that alternate the three:
+- eager: the forward on vLLM's own kernels, one op at a time;
+- compiled: the same stack compiled by torch.compile (the server's default, --poc-forward);
+- prefill: vLLM's LLM.generate of `batch` prompts of `seq_len` random token ids, max_tokens 1, prefix
+  caching off: one engine step of the same tokens through the model's own compiled graph.
+Each figure is the median over --repeats of one batch's wall time (forward only for the PoC forms,
+measured as the worker measures it; the whole generate call for the prefill, which adds scheduling
+and one sampled token). Also printed: the compile time of the first compiled batch, and the largest
+L2 distance between the artifacts of the two PoC forms (the bound the project holds is 0.02).
+With --profile, one batch of each form runs under torch.profiler and the top kernels by device
+time are printed (a GPU host: CUDA time; a CPU host: CPU time).
+
+The KV blocks of the PoC batch are the pool's first free ones: the engine serves nothing else here.
+Usage, from the repository root:
+
+    .venv/bin/python benchmarks/poc_forward_bench.py --shapes 1024x8 256x32
+    python3 benchmarks/poc_forward_bench.py --model .build/models/qwen3-8b-shape --shapes 1024x32 \\
+        --engine-args '{"load_format": "dummy", "max_model_len": 4096, "gpu_memory_utilization": 0.85}' --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import sys
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+BLOCK_HASH = "0x5eed"
+PUBLIC_KEY = "bench-public-key"
+VOCAB_SAMPLE = 150_000
+K_DIM = 12
+
+
+def parse_shape(text: str) -> tuple[int, int]:
+    seq_len, batch = text.lower().split("x")
+    return int(seq_len), int(batch)
+
+
+def build_engine(model: str | None, engine_args: dict[str, Any]) -> Any:
+    from vllm import LLM
+
+    from engine_ext.worker_extension import WORKER_EXTENSION_CLASS
+    from server.embedded_model import DEFAULT_MODEL_DIR
+
+    settings = {"max_num_batched_tokens": 32768, "max_model_len": 4096, **engine_args}
+    return LLM(
+        model=model or str(DEFAULT_MODEL_DIR),
+        worker_extension_cls=WORKER_EXTENSION_CLASS,
+        enable_prefix_caching=False,
+        **settings,
+    )
+
+
+def model_runner(llm: Any) -> Any:
+    # The in-process engine core's single worker (vLLM 0.15 and 0.20 alike).
+    return llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+
+
+class Shape:
+    def __init__(self, llm: Any, seq_len: int, batch: int) -> None:
+        from engine_ext.poc.batch import PocBatch
+        from engine_ext.poc.forward_metadata import kv_block_size
+        from engine_ext.poc.worker_forward import PocWorkerForward
+
+        self.llm, self.seq_len, self.batch = llm, seq_len, batch
+        runner = model_runner(llm)
+        self.forward = PocWorkerForward(runner)
+        per_sequence = -(-seq_len // kv_block_size(runner))
+        # Block 0 is vLLM's null block; the pool's others are free in this idle engine.
+        self.block_ids = [[1 + row * per_sequence + j for j in range(per_sequence)] for row in range(batch)]
+        self.poc_batch = PocBatch(BLOCK_HASH, PUBLIC_KEY, tuple(range(batch)), seq_len, K_DIM, False)
+        rng = random.Random(seq_len * 1000 + batch)
+        self.prompts = [{"prompt_token_ids": [rng.randrange(VOCAB_SAMPLE) for _ in range(seq_len)]} for _ in range(batch)]
+
+    def poc(self, compiled: bool) -> tuple[float, bytes]:
+        result = self.forward.run(self.poc_batch, self.block_ids, compiled)
+        if result.status != "ok":
+            raise RuntimeError(f"PoC batch came back {result.status}: {result.detail}")
+        return result.forward_seconds, result.vectors
+
+    def prefill(self) -> float:
+        from vllm import SamplingParams
+
+        started = time.perf_counter()
+        self.llm.generate(self.prompts, SamplingParams(max_tokens=1, temperature=0.0), use_tqdm=False)
+        return time.perf_counter() - started
+
+
+def largest_l2(a: bytes, b: bytes) -> float:
+    import numpy as np
+
+    x = np.frombuffer(a, dtype="<f2").astype(np.float32).reshape(-1, K_DIM)
+    y = np.frombuffer(b, dtype="<f2").astype(np.float32).reshape(-1, K_DIM)
+    return float(np.linalg.norm(x - y, axis=1).max())
+
+
+def profile_table(run: Any, rows: int) -> str:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        run()
+    sort_by = "cuda_time_total" if cuda else "self_cpu_time_total"
+    return prof.key_averages().table(sort_by=sort_by, row_limit=rows, max_name_column_width=70)
+
+
+def measure(shape: Shape, repeats: int, profile: bool, rows: int) -> dict[str, Any]:
+    started = time.perf_counter()
+    _, compiled_vectors = shape.poc(compiled=True)
+    first_compiled = time.perf_counter() - started
+    _, eager_vectors = shape.poc(compiled=False)
+    shape.prefill()
+    times: dict[str, list[float]] = {"eager": [], "compiled": [], "prefill": []}
+    forms = {
+        "eager": lambda: shape.poc(compiled=False)[0],
+        "compiled": lambda: shape.poc(compiled=True)[0],
+        "prefill": shape.prefill,
+    }
+    order = list(forms)
+    for cycle in range(repeats):
+        for name in order[cycle % 3 :] + order[: cycle % 3]:
+            times[name].append(forms[name]())
+    figures: dict[str, Any] = {name: median(values) for name, values in times.items()}
+    figures["first_compiled_batch_s"] = first_compiled
+    figures["artifact_l2_max"] = largest_l2(eager_vectors, compiled_vectors)
+    if profile:
+        figures["profiles"] = {name: profile_table(run, rows) for name, run in forms.items()}
+    return figures
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", nargs="+", default=["1024x8", "256x32"], help="seq_len x batch (default: %(default)s)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--model", help="model directory (default: the embedded model)")
+    parser.add_argument("--engine-args", default="{}", help="more vLLM engine arguments, a JSON object")
+    parser.add_argument("--profile", action="store_true", help="print the top kernels of one batch of each form")
+    parser.add_argument("--profile-rows", type=int, default=25)
+    parser.add_argument("--json", type=Path, help="also write the figures here")
+    args = parser.parse_args()
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    llm = build_engine(args.model, json.loads(args.engine_args))
+    results = {}
+    for text in args.shapes:
+        seq_len, batch = parse_shape(text)
+        figures = measure(Shape(llm, seq_len, batch), args.repeats, args.profile, args.profile_rows)
+        results[text] = figures
+        print(
+            f"{text}: eager {figures['eager'] * 1e3:.1f} ms, compiled {figures['compiled'] * 1e3:.1f} ms, "
+            f"vLLM prefill {figures['prefill'] * 1e3:.1f} ms per batch | eager/compiled {figures['eager'] / figures['compiled']:.3f}, "
+            f"prefill/compiled {figures['prefill'] / figures['compiled']:.3f}, prefill/eager {figures['prefill'] / figures['eager']:.3f} | "
+            f"first compiled batch {figures['first_compiled_batch_s']:.1f} s | artifacts eager vs compiled: L2 max "
+            f"{figures['artifact_l2_max']:.4f}",
+            flush=True,
+        )
+        for name, table in figures.get("profiles", {}).items():
+            print(f"--- {text} {name}: top kernels\n{table}", flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
