@@ -2,8 +2,8 @@
 same tokens. Prints figures; asserts nothing about speed.
 
 One vLLM engine runs in this process (VLLM_ENABLE_V1_MULTIPROCESSING=0, with the project's worker
-extension), so its worker's PoC forward (engine_ext.poc.worker_forward) can be timed and profiled
-directly. Per shape (seq_len x batch), in rounds that alternate the three:
+extension); each PoC batch is the worker extension's own method (engine_ext.poc.worker_forward),
+called by collective_rpc, as the engine core calls it. Per shape (seq_len x batch), in rounds that alternate the three:
 - eager: the forward on vLLM's own kernels, one op at a time;
 - compiled: the same stack compiled by torch.compile (the server's default, --poc-forward);
 - prefill: vLLM's LLM.generate of `batch` prompts of `seq_len` random token ids, max_tokens 1, prefix
@@ -13,7 +13,9 @@ measured as the worker measures it; the whole generate call for the prefill, whi
 and one sampled token). Also printed: the compile time of the first compiled batch, and the largest
 L2 distance between the artifacts of the two PoC forms (the bound the project holds is 0.02).
 With --profile, one batch of each form runs under torch.profiler and the top kernels by device
-time are printed (a GPU host: CUDA time; a CPU host: CPU time).
+time are printed (a GPU host: CUDA time; a CPU host: CPU time). The profiler sees this process only:
+where vLLM runs its worker in a process of its own (vLLM 0.20 on a CPU always does), the profile is
+left out and the bench says so.
 
 The KV blocks of the PoC batch are the pool's first free ones: the engine serves nothing else here.
 Usage, from the repository root:
@@ -63,21 +65,17 @@ def build_engine(model: str | None, engine_args: dict[str, Any]) -> Any:
     )
 
 
-def model_runner(llm: Any) -> Any:
-    # The in-process engine core's single worker (vLLM 0.15 and 0.20 alike).
-    return llm.llm_engine.engine_core.engine_core.model_executor.driver_worker.worker.model_runner
+def worker_in_this_process(llm: Any) -> bool:
+    # The in-process engine core's executor holds its worker itself only when it runs none in a process of its own.
+    return hasattr(llm.llm_engine.engine_core.engine_core.model_executor, "driver_worker")
 
 
 class Shape:
     def __init__(self, llm: Any, seq_len: int, batch: int) -> None:
         from engine_ext.poc.batch import PocBatch
-        from engine_ext.poc.forward_metadata import kv_block_size
-        from engine_ext.poc.worker_forward import PocWorkerForward
 
         self.llm, self.seq_len, self.batch = llm, seq_len, batch
-        runner = model_runner(llm)
-        self.forward = PocWorkerForward(runner)
-        per_sequence = -(-seq_len // kv_block_size(runner))
+        per_sequence = -(-seq_len // llm.llm_engine.vllm_config.cache_config.block_size)
         # Block 0 is vLLM's null block; the pool's others are free in this idle engine.
         self.block_ids = [[1 + row * per_sequence + j for j in range(per_sequence)] for row in range(batch)]
         self.poc_batch = PocBatch(BLOCK_HASH, PUBLIC_KEY, tuple(range(batch)), seq_len, K_DIM, False)
@@ -85,7 +83,11 @@ class Shape:
         self.prompts = [{"prompt_token_ids": [rng.randrange(VOCAB_SAMPLE) for _ in range(seq_len)]} for _ in range(batch)]
 
     def poc(self, compiled: bool) -> tuple[float, bytes]:
-        result = self.forward.run(self.poc_batch, self.block_ids, compiled)
+        from engine_ext.poc.batch import PocBatchResult
+        from engine_ext.poc.block_lease import WORKER_METHOD
+
+        replies = self.llm.collective_rpc(WORKER_METHOD, args=(self.poc_batch.to_wire(), self.block_ids, compiled))
+        result = PocBatchResult.from_wire(replies[0])
         if result.status != "ok":
             raise RuntimeError(f"PoC batch came back {result.status}: {result.detail}")
         return result.forward_seconds, result.vectors
@@ -137,7 +139,9 @@ def measure(shape: Shape, repeats: int, profile: bool, rows: int) -> dict[str, A
     figures: dict[str, Any] = {name: median(values) for name, values in times.items()}
     figures["first_compiled_batch_s"] = first_compiled
     figures["artifact_l2_max"] = largest_l2(eager_vectors, compiled_vectors)
-    if profile:
+    if profile and not worker_in_this_process(shape.llm):
+        print("--profile: vLLM runs its worker in a process of its own here; no profile", flush=True)
+    elif profile:
         figures["profiles"] = {name: profile_table(run, rows) for name, run in forms.items()}
     return figures
 
