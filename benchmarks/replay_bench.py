@@ -32,6 +32,9 @@ validation verdict that is not a pass). Usage, from the repository root:
 
     .venv/bin/python benchmarks/replay_bench.py
     .venv/bin/python benchmarks/replay_bench.py --repeats 1 --tokens 16 --items 20 --validate-tokens 16 --json out.json
+    # a GPU host (docs/gpu.md), the Qwen3-8B shape with random weights:
+    python3 benchmarks/replay_bench.py --model .build/models/qwen3-8b-shape \
+        --server-flags "--load-format dummy --gpu-memory-utilization 0.85"
 """
 
 from __future__ import annotations
@@ -542,8 +545,9 @@ async def measure(target: str, args: argparse.Namespace) -> Results:
     return Results(replay, modes, validate)
 
 
-def server_flags(model: Path) -> list[str]:
-    return ["--model", str(model), *ENGINE_FLAGS]
+def server_flags(model: Path, extra: str) -> list[str]:
+    # The extra flags come last: a flag given twice takes its last value.
+    return ["--model", str(model), *ENGINE_FLAGS, *shlex.split(extra)]
 
 
 def server_env() -> dict[str, str]:
@@ -629,7 +633,7 @@ def validate_section(part: PartResult, args: argparse.Namespace) -> list[str]:
 
 
 def report(results: Results, args: argparse.Namespace, machine: dict[str, Any], wall: float) -> str:
-    engine = shlex.join(server_flags(args.model)) + " " + " ".join(f"{k}={v}" for k, v in ENGINE_ENV.items())
+    engine = shlex.join(server_flags(args.model, args.server_flags)) + " " + " ".join(f"{k}={v}" for k, v in ENGINE_ENV.items())
     lines = [
         "## Replay benchmark",
         "",
@@ -695,6 +699,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--items", type=int, default=200, help="ValidateInference items in part 3 (default: %(default)s)")
     parser.add_argument("--validate-tokens", type=int, default=128, help="tokens per item in part 3 (default: %(default)s)")
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="model directory (default: the embedded model)")
+    parser.add_argument("--server-flags", default="", help="more server and vLLM flags, one string (a GPU host: --load-format dummy ...)")
     parser.add_argument("--json", type=Path, help="also write the full results as JSON here")
     args = parser.parse_args(argv)
     if min(args.repeats, args.items, args.validate_tokens) < 1:
@@ -713,9 +718,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     started = time.monotonic()
     machine = machine_description()
     log_path = Path(tempfile.mkdtemp(prefix="replay-bench-")) / "server.log"
-    progress(f"starting python -m server {shlex.join(server_flags(args.model))} (log: {log_path})")
+    progress(f"starting python -m server {shlex.join(server_flags(args.model, args.server_flags))} (log: {log_path})")
     try:
-        server = start_server(log_path, server_flags(args.model), env=server_env())
+        server = start_server(log_path, server_flags(args.model, args.server_flags), env=server_env())
     except (RuntimeError, TimeoutError) as error:
         progress(f"FAILED: the server did not start:\n{error}")
         return 1
