@@ -39,15 +39,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.poc_bench import parse_shape  # noqa: E402
+
 BLOCK_HASH = "0x5eed"
 PUBLIC_KEY = "bench-public-key"
 VOCAB_SAMPLE = 150_000
 K_DIM = 12
-
-
-def parse_shape(text: str) -> tuple[int, int]:
-    seq_len, batch = text.lower().split("x")
-    return int(seq_len), int(batch)
 
 
 def build_engine(model: str | None, engine_args: dict[str, Any]) -> Any:
