@@ -1,4 +1,4 @@
-"""The goals, judged at one concurrency: ours against each rival server, like for like.
+"""The goals, judged at each concurrency: ours against each rival, like for like.
 
 CPU and speed are judged on the median of ours-over-theirs ratios formed within each cycle: this
 machine's speed drifts by 10-15% over minutes, and the drift cancels within a cycle. TTFT is judged
@@ -12,10 +12,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import median
 
+from benchmarks.serving.kinds import OFFLINE
 from benchmarks.serving.round_result import RoundResult
-from benchmarks.serving.settings import Settings
 from benchmarks.serving.summary import percentile, pooled_ttfts
 from benchmarks.serving.workload import logprobs_label
+
+TOKENS_PER_SECOND = "tokens/s"
 
 
 @dataclass(frozen=True)
@@ -24,35 +26,50 @@ class RivalGoals:
 
     rival: str
     logprobs: bool
-    api_cpu_goal: str
-    api_cpu_limit: float
+    speed_goal: str = "≥ 1"
+    speed_floor: float = 1.0
+    # None: no such goal (the offline engine has no API process of its own to compare).
+    api_cpu_goal: str | None = None
+    api_cpu_limit: float | None = None
     # Ours packs the sampled logprobs inside the engine core (the packed_logprobs seam): that must not
     # make the engine processes work noticeably harder than stock vLLM's. None: no such goal.
     engine_cpu_limit: float | None = None
+    ttft: bool = True  # False: the rival has no first token to time
 
 
-# Like for like: ours with logprobs against OpenAI, ours without against vLLM's gRPC server.
+# Like for like: ours with logprobs against OpenAI and the offline engine, ours without against
+# vLLM's gRPC server.
 RIVAL_GOALS = (
-    RivalGoals("openai", True, "≤ 1/3", 1 / 3, engine_cpu_limit=1.02),
-    RivalGoals("vllm-grpc", False, "≤ 1", 1.0),
+    RivalGoals("openai", True, api_cpu_goal="≤ 1/3", api_cpu_limit=1 / 3, engine_cpu_limit=1.02),
+    RivalGoals("vllm-grpc", False, api_cpu_goal="≤ 1", api_cpu_limit=1.0),
+    RivalGoals(OFFLINE, True, speed_goal="≥ 0.95", speed_floor=0.95, ttft=False),
 )
 
 
 @dataclass(frozen=True)
 class GoalCheck:
-    description: str
+    metric: str
+    rival: str
+    pair: str  # e.g. "ours (top-5) / openai (top-5)"
+    streams: int
     ratio: float | None  # ours over theirs, as judged; None: the rival's figure was zero
     basis: str  # how `ratio` was formed
     per_cycle: tuple[float, ...]  # ours over theirs within each cycle, for the record
     goal: str
     met: bool | None
 
+    @property
+    def description(self) -> str:
+        return f"{self.metric}, {self.pair}"
+
     def line(self) -> str:
         if self.ratio is None:
             return f"- {self.description}: n/a (goal {self.goal})"
-        each = ", ".join(f"{value:.3f}" for value in self.per_cycle)
         verdict = "met" if self.met else "NOT met"
-        return f"- {self.description}: {self.ratio:.3f} ({self.basis}; per cycle {each}); goal {self.goal}: {verdict}"
+        return f"- {self.description}: {self.ratio:.3f} ({self.basis}; per cycle {self.cycles()}); goal {self.goal}: {verdict}"
+
+    def cycles(self) -> str:
+        return ", ".join(f"{value:.3f}" for value in self.per_cycle)
 
 
 def rounds_of(results: Sequence[RoundResult], server: str, logprobs: bool, streams: int) -> list[RoundResult]:
@@ -66,31 +83,59 @@ def paired_ratios(results: Sequence[RoundResult], ours: tuple[str, bool], theirs
     return tuple(mine[cycle] / rival[cycle] for cycle in sorted(mine.keys() & rival.keys()) if rival[cycle])
 
 
-def median_check(description: str, per_cycle: tuple[float, ...], goal: str, meets: Callable[[float], bool]) -> GoalCheck:
-    """CPU and speed: drift between cycles cancels within a cycle, so the per-cycle ratios are judged."""
-    if not per_cycle:
-        return GoalCheck(description, None, "", per_cycle, goal, None)
-    value = median(per_cycle)
-    return GoalCheck(description, value, f"median of {len(per_cycle)} per-cycle ratios", per_cycle, goal, meets(value))
+@dataclass(frozen=True)
+class Pairing:
+    """Ours against one rival at one concurrency: what every check of the pair shares."""
 
+    results: Sequence[RoundResult]
+    goals: RivalGoals
+    streams: int
 
-def pooled_ttft_check(
-    results: Sequence[RoundResult], ours: tuple[str, bool], theirs: tuple[str, bool], streams: int, q: float, goal: str, description: str
-) -> GoalCheck:
-    """TTFT: one cycle's tail is one or two draws of the engine's prefill cascade (see measure_ttft), so
-    the percentiles are taken over every cycle's samples at once; the cycles interleave the servers."""
-    mine = pooled_ttfts(rounds_of(results, *ours, streams))
-    rival = pooled_ttfts(rounds_of(results, *theirs, streams))
-    metric = "ttft_p50_ms" if q == 50 else "ttft_p99_ms"
-    per_cycle = paired_ratios(results, ours, theirs, streams, metric)
-    if not mine or not rival or not percentile(rival, q):
-        return GoalCheck(description, None, "", per_cycle, goal, None)
-    value = percentile(mine, q) / percentile(rival, q)
-    return GoalCheck(description, value, f"p{q:g} of {len(mine)} TTFTs over p{q:g} of {len(rival)}", per_cycle, goal, value <= 1.0)
+    @property
+    def ours(self) -> tuple[str, bool]:
+        return ("ours", self.goals.logprobs)
+
+    @property
+    def theirs(self) -> tuple[str, bool]:
+        return (self.goals.rival, self.goals.logprobs)
+
+    @property
+    def label(self) -> str:
+        kind = logprobs_label(self.goals.logprobs)
+        return f"ours ({kind}) / {self.goals.rival} ({kind})"
+
+    def ratios(self, field: str) -> tuple[float, ...]:
+        return paired_ratios(self.results, self.ours, self.theirs, self.streams, field)
+
+    def median_check(self, metric: str, field: str, goal: str, meets: Callable[[float], bool]) -> GoalCheck:
+        """CPU and speed: drift between cycles cancels within a cycle, so the per-cycle ratios are judged."""
+        per_cycle = self.ratios(field)
+        if not per_cycle:
+            return GoalCheck(metric, self.goals.rival, self.label, self.streams, None, "", per_cycle, goal, None)
+        value = median(per_cycle)
+        basis = f"median of {len(per_cycle)} per-cycle ratios"
+        return GoalCheck(metric, self.goals.rival, self.label, self.streams, value, basis, per_cycle, goal, meets(value))
+
+    def pooled_ttft_check(self, q: float) -> GoalCheck:
+        """TTFT: one cycle's tail is one or two draws of the engine's prefill cascade (see measure_ttft), so
+        the percentiles are taken over every cycle's samples at once; the cycles interleave the servers."""
+        mine = pooled_ttfts(rounds_of(self.results, *self.ours, self.streams))
+        rival = pooled_ttfts(rounds_of(self.results, *self.theirs, self.streams))
+        metric = f"TTFT p{q:g}"
+        per_cycle = self.ratios("ttft_p50_ms" if q == 50 else "ttft_p99_ms")
+        if not mine or not rival or not percentile(rival, q):
+            return GoalCheck(metric, self.goals.rival, self.label, self.streams, None, "", per_cycle, "≤ 1", None)
+        value = percentile(mine, q) / percentile(rival, q)
+        basis = f"p{q:g} of {len(mine)} TTFTs over p{q:g} of {len(rival)}"
+        return GoalCheck(metric, self.goals.rival, self.label, self.streams, value, basis, per_cycle, "≤ 1", value <= 1.0)
 
 
 def at_most(limit: float) -> Callable[[float], bool]:
     return lambda value: value <= limit
+
+
+def at_least(floor: float) -> Callable[[float], bool]:
+    return lambda value: value >= floor
 
 
 def goal_checks(results: Sequence[RoundResult], streams: int) -> list[GoalCheck]:
@@ -98,25 +143,23 @@ def goal_checks(results: Sequence[RoundResult], streams: int) -> list[GoalCheck]
     measured = {(r.server, r.logprobs, r.streams) for r in results}
     checks = []
     for goals in RIVAL_GOALS:
-        ours, theirs = ("ours", goals.logprobs), (goals.rival, goals.logprobs)
-        if {(*ours, streams), (*theirs, streams)} - measured:
+        pair = Pairing(results, goals, streams)
+        if {(*pair.ours, streams), (*pair.theirs, streams)} - measured:
             continue
-        label = f"ours ({logprobs_label(goals.logprobs)}) / {goals.rival} ({logprobs_label(goals.logprobs)})"
-        cpu = paired_ratios(results, ours, theirs, streams, "api_cpu_us_per_token")
-        checks.append(median_check(f"API CPU per token, {label}", cpu, goals.api_cpu_goal, at_most(goals.api_cpu_limit)))
+        if goals.api_cpu_goal is not None and goals.api_cpu_limit is not None:
+            checks.append(pair.median_check("API CPU per token", "api_cpu_us_per_token", goals.api_cpu_goal, at_most(goals.api_cpu_limit)))
         if goals.engine_cpu_limit is not None:
-            engine = paired_ratios(results, ours, theirs, streams, "engine_cpu_us_per_token")
             engine_goal = f"≤ {goals.engine_cpu_limit:g}"
-            checks.append(median_check(f"engine processes' CPU per token, {label}", engine, engine_goal, at_most(goals.engine_cpu_limit)))
-        speed = paired_ratios(results, ours, theirs, streams, "tokens_per_second")
-        checks += [
-            median_check(f"tokens/s, {label}", speed, "≥ 1", lambda value: value >= 1.0),
-            pooled_ttft_check(results, ours, theirs, streams, 50, "≤ 1", f"TTFT p50, {label}"),
-            pooled_ttft_check(results, ours, theirs, streams, 99, "≤ 1", f"TTFT p99, {label}"),
-        ]
+            engine_check = pair.median_check(
+                "engine processes' CPU per token", "engine_cpu_us_per_token", engine_goal, at_most(goals.engine_cpu_limit)
+            )
+            checks.append(engine_check)
+        checks.append(pair.median_check(TOKENS_PER_SECOND, "tokens_per_second", goals.speed_goal, at_least(goals.speed_floor)))
+        if goals.ttft:
+            checks += [pair.pooled_ttft_check(50), pair.pooled_ttft_check(99)]
     return checks
 
 
-def goal_streams(settings: Settings) -> int:
-    """The goals are stated at 64 streams; other runs check at their highest concurrency."""
-    return 64 if 64 in settings.concurrencies else max(settings.concurrencies)
+def all_goal_checks(results: Sequence[RoundResult]) -> list[GoalCheck]:
+    """At every concurrency measured, lowest first."""
+    return [check for streams in sorted({r.streams for r in results}) for check in goal_checks(results, streams)]

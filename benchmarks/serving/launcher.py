@@ -11,14 +11,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from benchmarks.serving.cpu_accounting import ProcessInfo, describe, descendants
+from benchmarks.serving.cpu_accounting import ProcessInfo, descendant_pids, describe, descendants, kill_and_reap
 from benchmarks.serving.errors import BenchmarkError
 from benchmarks.serving.progress import progress
 from benchmarks.serving.server_kinds import server_command, server_environment, served_context_length, wait_ready
 from benchmarks.serving.server_logs import logged_engine_config
-from benchmarks.serving.settings import MAX_MODEL_LEN, Settings
+from benchmarks.serving.settings import Settings
 from tests.support.server_process import REPO_ROOT, ServerProcess, free_port
 
 STOP_TIMEOUT_SECONDS = 30.0
@@ -29,7 +27,7 @@ class LiveServer:
     kind: str
     process: ServerProcess
     command: list[str]
-    engine_processes: tuple[ProcessInfo, ...]
+    engine_processes: tuple[ProcessInfo, ...]  # its descendants once it served
     engine_config: str | None  # as the engine core logged it at startup
 
     @property
@@ -41,8 +39,11 @@ class LiveServer:
         return self.process.target
 
     @property
-    def pids(self) -> list[int]:
-        return [self.api_pid, *(info.pid for info in self.engine_processes)]
+    def log_path(self) -> Path:
+        return self.process.log_path
+
+    def process_ids(self) -> list[int]:
+        return [self.api_pid, *descendant_pids(self.api_pid)]
 
     def info(self) -> dict[str, Any]:
         return {
@@ -63,11 +64,7 @@ def stop(server: ServerProcess) -> None:
     """SIGTERM, SIGKILL after a timeout; engine processes the server left behind are killed too."""
     leftovers = descendants(server.pid)
     server.stop(timeout=STOP_TIMEOUT_SECONDS)
-    for process in leftovers:
-        try:
-            process.kill()  # psutil checks the pid still names the same process
-        except psutil.NoSuchProcess:
-            pass
+    kill_and_reap(leftovers)
 
 
 @contextmanager
@@ -84,8 +81,8 @@ def running_server(kind: str, settings: Settings) -> Iterator[LiveServer]:
         except (BenchmarkError, RuntimeError, TimeoutError) as error:
             raise BenchmarkError(f"{kind} failed to start (log {log_path}):\n{error}") from None
         context = served_context_length(kind, server)
-        if context != MAX_MODEL_LEN:
-            raise BenchmarkError(f"{kind} serves a {context}-token context, not the {MAX_MODEL_LEN} it was given")
+        if context != settings.max_model_len:
+            raise BenchmarkError(f"{kind} serves a {context}-token context, not the {settings.max_model_len} it was given")
         engine = tuple(describe(p) for p in descendants(server.pid))
         children = "; ".join(f"{info.pid} {info.command[:40]}" for info in engine)
         progress(f"{kind} ready in {time.monotonic() - started:.0f}s; API process {server.pid}; children: {children}")
@@ -93,4 +90,6 @@ def running_server(kind: str, settings: Settings) -> Iterator[LiveServer]:
             progress(f"WARNING: {kind} has no child process: the engine runs inside the API process")
         yield LiveServer(kind, server, command, engine, logged_engine_config(log_path))
     finally:
+        stopping = time.monotonic()
         stop(server)
+        progress(f"{kind} stopped in {time.monotonic() - stopping:.0f}s")

@@ -1,14 +1,14 @@
-"""One round of one configuration: its streams started together, checked, timed and CPU-accounted."""
+"""One round of one streamed configuration: its streams started together, checked, timed and
+CPU-accounted; and the round figures every configuration reports."""
 
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 
-from benchmarks.serving.cpu_accounting import CLOCK_TICKS_PER_SECOND, process_cpu_ticks, processes_cpu_seconds
+from benchmarks.serving.configuration import Configuration
+from benchmarks.serving.cpu_accounting import CLOCK_TICKS_PER_SECOND, CpuSpent, CpuWindow
 from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.launcher import LiveServer
 from benchmarks.serving.round_result import RoundResult
 from benchmarks.serving.streams import Scenario, StreamResult
 from benchmarks.serving.summary import percentile
@@ -61,49 +61,54 @@ async def measure_ttft(scenario: Scenario, streams: int, cycle: int, rounds: int
     return samples
 
 
-async def measure(
-    scenario: Scenario, streams: int, cycle: int, bystanders: Sequence[LiveServer], workload: Workload, ttft_rounds: int
+def round_result(
+    label: str,
+    logprobs: bool,
+    streams: int,
+    cycle: int,
+    tokens: int,
+    wall: float,
+    ttfts: Sequence[float],
+    cpu: CpuSpent,
+    prompt_tokens: int,
 ) -> RoundResult:
-    live = scenario.live
-    engine_pids = [info.pid for info in live.engine_processes]
-    bystander_pids = [pid for server in bystanders for pid in server.pids]
-    api_before, engine_before = process_cpu_ticks(live.api_pid), processes_cpu_seconds(engine_pids)
-    bystanders_before = processes_cpu_seconds(bystander_pids)
-    client_before = time.process_time()
-    results = await run_streams(scenario, streams, MEASURED_SEED_BASE, workload.tokens)
-    api_after = process_cpu_ticks(live.api_pid)
-    # Differences of whole ticks: equal figures of two servers stay exactly equal.
-    api_user = (api_after[0] - api_before[0]) / CLOCK_TICKS_PER_SECOND
-    api_system = (api_after[1] - api_before[1]) / CLOCK_TICKS_PER_SECOND
-    api_cpu = api_user + api_system
-    engine_cpu = processes_cpu_seconds(engine_pids) - engine_before
-    bystanders_cpu = processes_cpu_seconds(bystander_pids) - bystanders_before
-    client_cpu = time.process_time() - client_before
-    check_streams(scenario, results, workload, workload.tokens)
-
-    tokens = sum(result.tokens for result in results)
-    wall = max(result.last_token_at for result in results) - min(result.sent_at for result in results)
-    ttfts = [result.ttft_ms for result in results]
-    ttfts += await measure_ttft(scenario, streams, cycle, ttft_rounds, workload)  # after the CPU accounting
     per_token_us = 1e6 / tokens
     return RoundResult(
-        server=scenario.server,
-        logprobs=scenario.logprobs,
+        server=label,
+        logprobs=logprobs,
         streams=streams,
         cycle=cycle,
         tokens=tokens,
         wall_seconds=wall,
         tokens_per_second=tokens / wall,
-        ttft_p50_ms=percentile(ttfts, 50),
-        ttft_p99_ms=percentile(ttfts, 99),
+        ttft_p50_ms=percentile(ttfts, 50) if ttfts else None,
+        ttft_p99_ms=percentile(ttfts, 99) if ttfts else None,
         ttft_samples_ms=tuple(ttfts),
-        api_cpu_seconds=api_cpu,
-        api_user_seconds=api_user,
-        api_system_seconds=api_system,
-        api_cpu_us_per_token=api_cpu * per_token_us,
+        api_cpu_seconds=cpu.api,
+        api_user_seconds=cpu.api_user,
+        api_system_seconds=cpu.api_system,
+        api_cpu_us_per_token=cpu.api * per_token_us,
         api_cpu_resolution_us_per_token=per_token_us / CLOCK_TICKS_PER_SECOND,
-        engine_cpu_us_per_token=engine_cpu * per_token_us,
-        bystanders_cpu_us_per_token=bystanders_cpu * per_token_us,
-        load_generator_cpu_us_per_token=client_cpu * per_token_us,
-        prompt_tokens=len(workload.prompt_ids),
+        engine_cpu_us_per_token=cpu.engine * per_token_us,
+        bystanders_cpu_us_per_token=cpu.bystanders * per_token_us,
+        load_generator_cpu_us_per_token=cpu.load_generator * per_token_us,
+        prompt_tokens=prompt_tokens,
     )
+
+
+def streamed(scenario: Scenario, workload: Workload, ttft_rounds: int) -> Configuration:
+    async def warm(streams: int) -> None:
+        await warm_up(scenario, streams, workload)
+
+    async def measure(streams: int, cycle: int, bystander_pids: Sequence[int]) -> RoundResult:
+        window = CpuWindow(scenario.live.api_pid, bystander_pids)
+        results = await run_streams(scenario, streams, MEASURED_SEED_BASE, workload.tokens)
+        cpu = window.close()
+        check_streams(scenario, results, workload, workload.tokens)
+        tokens = sum(result.tokens for result in results)
+        wall = max(result.last_token_at for result in results) - min(result.sent_at for result in results)
+        ttfts = [result.ttft_ms for result in results]
+        ttfts += await measure_ttft(scenario, streams, cycle, ttft_rounds, workload)  # after the CPU accounting
+        return round_result(scenario.server, scenario.logprobs, streams, cycle, tokens, wall, ttfts, cpu, len(workload.prompt_ids))
+
+    return Configuration(scenario.server, scenario.logprobs, scenario.live, warm, measure)

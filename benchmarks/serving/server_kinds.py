@@ -1,4 +1,4 @@
-"""The three servers compared: each one's command, environment, readiness probe and served context."""
+"""The servers compared: each one's command, environment, readiness probe and served context."""
 
 from __future__ import annotations
 
@@ -48,11 +48,11 @@ def wait_until(server: ServerProcess, ready: Callable[[], bool], timeout: float 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            raise BenchmarkError(f"server exited with {server.process.returncode} during startup:\n{short_tail(server)}")
+            raise BenchmarkError(f"server exited with {server.process.returncode} during startup:\n{short_tail(server.log_path)}")
         if ready():
             return
         time.sleep(0.5)
-    raise BenchmarkError(f"server not ready after {timeout:.0f}s:\n{short_tail(server)}")
+    raise BenchmarkError(f"server not ready after {timeout:.0f}s:\n{short_tail(server.log_path)}")
 
 
 def http_ok(url: str) -> bool:

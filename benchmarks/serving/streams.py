@@ -1,4 +1,4 @@
-"""One stream as the client saw it, the clock that times it, and a configuration that runs streams."""
+"""One stream as the client saw it, the clock that times it, and a load client that runs streams (Scenario)."""
 
 from __future__ import annotations
 

@@ -31,9 +31,9 @@ class Summary:
     streams: int
     cycles: int
     tokens_per_second: float
-    # Over every stream of every cycle's measured and TTFT rounds together.
-    ttft_p50_ms: float
-    ttft_p99_ms: float
+    # Over every stream of every cycle's measured and TTFT rounds together; None: no TTFT (offline).
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
     ttft_samples: int
     api_cpu_us_per_token: float
     api_cpu_min_us_per_token: float
@@ -41,7 +41,7 @@ class Summary:
     api_cpu_resolution_us_per_token: float
     api_user_share: float | None  # of the API process's CPU; None when it spent none
     wall_seconds: float
-    engine_cpu_us_per_token: float
+    engine_cpu_us_per_token: float  # every descendant of the serving process
     bystanders_cpu_us_per_token: float
     load_generator_cpu_us_per_token: float
 
@@ -67,8 +67,8 @@ def summarize(results: Sequence[RoundResult]) -> list[Summary]:
                 streams=streams,
                 cycles=len(rounds),
                 tokens_per_second=mid("tokens_per_second"),
-                ttft_p50_ms=percentile(ttfts, 50),
-                ttft_p99_ms=percentile(ttfts, 99),
+                ttft_p50_ms=percentile(ttfts, 50) if ttfts else None,
+                ttft_p99_ms=percentile(ttfts, 99) if ttfts else None,
                 ttft_samples=len(ttfts),
                 api_cpu_us_per_token=median(cpu),
                 api_cpu_min_us_per_token=min(cpu),

@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.settings import MAX_BATCHED_TOKENS
 
 TOP_LOGPROBS = 5
 TEMPERATURE = 1.0
@@ -42,14 +41,14 @@ def logprobs_label(logprobs: bool) -> str:
     return f"top-{TOP_LOGPROBS}" if logprobs else "none"
 
 
-def require_one_step_prefill(workload: Workload, concurrencies: Sequence[int]) -> None:
+def require_one_step_prefill(workload: Workload, concurrencies: Sequence[int], max_num_batched_tokens: int) -> None:
     """All of a round's prompts (plus one decode token per stream) must fit one engine step; see
-    MAX_BATCHED_TOKENS for the engine crash a chunked seeded prefill causes on CPU."""
+    settings.MAX_BATCHED_TOKENS for the engine crash a chunked seeded prefill causes on CPU."""
     needed = max(concurrencies) * (len(workload.prompt_ids) + 1)
-    if needed > MAX_BATCHED_TOKENS:
+    if needed > max_num_batched_tokens:
         raise BenchmarkError(
             f"{max(concurrencies)} streams of a {len(workload.prompt_ids)}-token prompt need {needed} tokens in one "
-            f"engine step; --max-num-batched-tokens is {MAX_BATCHED_TOKENS}"
+            f"engine step; --max-num-batched-tokens is {max_num_batched_tokens}"
         )
 
 
@@ -59,4 +58,5 @@ def render_prompt(model: Path, messages: Sequence[tuple[str, str]]) -> list[int]
 
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     chat = [{"role": role, "content": content} for role, content in messages]
-    return list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True))
+    # return_dict=False: transformers 5 (beside vLLM 0.20) returns a BatchEncoding by default.
+    return list(tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False))
