@@ -136,11 +136,26 @@ def measure(shape: Shape, repeats: int, profile: bool, rows: int) -> dict[str, A
     figures: dict[str, Any] = {name: median(values) for name, values in times.items()}
     figures["first_compiled_batch_s"] = first_compiled
     figures["artifact_l2_max"] = largest_l2(eager_vectors, compiled_vectors)
+    report(shape, figures)
     if profile and not worker_in_this_process(shape.llm):
         print("--profile: vLLM runs its worker in a process of its own here; no profile", flush=True)
     elif profile:
-        figures["profiles"] = {name: profile_table(run, rows) for name, run in forms.items()}
+        figures["profiles"] = {}
+        for name, run in forms.items():
+            figures["profiles"][name] = table = profile_table(run, rows)
+            print(f"--- {shape.seq_len}x{shape.batch} {name}: top kernels\n{table}", flush=True)
     return figures
+
+
+def report(shape: Shape, figures: dict[str, Any]) -> None:
+    print(
+        f"{shape.seq_len}x{shape.batch}: eager {figures['eager'] * 1e3:.1f} ms, compiled {figures['compiled'] * 1e3:.1f} ms, "
+        f"vLLM prefill {figures['prefill'] * 1e3:.1f} ms per batch | eager/compiled {figures['eager'] / figures['compiled']:.3f}, "
+        f"prefill/compiled {figures['prefill'] / figures['compiled']:.3f}, prefill/eager {figures['prefill'] / figures['eager']:.3f} | "
+        f"first compiled batch {figures['first_compiled_batch_s']:.1f} s | artifacts eager vs compiled: L2 max "
+        f"{figures['artifact_l2_max']:.4f}",
+        flush=True,
+    )
 
 
 def main() -> int:
@@ -160,16 +175,6 @@ def main() -> int:
         seq_len, batch = parse_shape(text)
         figures = measure(Shape(llm, seq_len, batch), args.repeats, args.profile, args.profile_rows)
         results[text] = figures
-        print(
-            f"{text}: eager {figures['eager'] * 1e3:.1f} ms, compiled {figures['compiled'] * 1e3:.1f} ms, "
-            f"vLLM prefill {figures['prefill'] * 1e3:.1f} ms per batch | eager/compiled {figures['eager'] / figures['compiled']:.3f}, "
-            f"prefill/compiled {figures['prefill'] / figures['compiled']:.3f}, prefill/eager {figures['prefill'] / figures['eager']:.3f} | "
-            f"first compiled batch {figures['first_compiled_batch_s']:.1f} s | artifacts eager vs compiled: L2 max "
-            f"{figures['artifact_l2_max']:.4f}",
-            flush=True,
-        )
-        for name, table in figures.get("profiles", {}).items():
-            print(f"--- {text} {name}: top kernels\n{table}", flush=True)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
     return 0
