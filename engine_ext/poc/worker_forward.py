@@ -25,7 +25,7 @@ from engine_ext.consensus import NonFiniteBatchError, generate_inputs, head_vect
 from engine_ext.poc.batch import BATCH_NON_FINITE, BATCH_OK, PocBatch, PocBatchResult
 from engine_ext.poc.forward_metadata import build_forward_metadata
 from engine_ext.poc.layer_stack import decoder_layers, reflected_stack
-from engine_ext.seams import platform_kernels
+from engine_ext.seams import platform_kernels, seams_for_installed_vllm
 
 
 class PipelineParallelUnsupported(RuntimeError):
@@ -57,6 +57,7 @@ class PocWorkerForward:
         # (hidden, layer count) stays a constant the kernels are specialized for. Traced and compiled
         # on its first call.
         self._compiled_stack = torch.compile(reflected_stack, dynamic=False)
+        self._seams = seams_for_installed_vllm()
 
     def run(self, batch: PocBatch, block_ids: list[list[int]], compiled: bool) -> PocBatchResult:
         started = time.perf_counter()
@@ -125,7 +126,9 @@ class PocWorkerForward:
     def _compiled(self, positions: torch.Tensor, tokens: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
         torch._dynamo.mark_dynamic(tokens, 0)
         torch._dynamo.mark_dynamic(positions, 0)
-        return self._compiled_stack(self._stack.decoder, self._stack.layers, positions, tokens, vectors)
+        # Traced with vLLM's IR ops inline, so that inductor fuses them too.
+        with self._seams.inlined_ir_ops():
+            return self._compiled_stack(self._stack.decoder, self._stack.layers, positions, tokens, vectors)
 
     def _vectors_for(self, block_hash: str) -> torch.Tensor:
         if self._layer_vectors is None or self._layer_vectors[0] != block_hash:

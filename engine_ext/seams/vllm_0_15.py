@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import dataclasses
 from collections.abc import Callable
 from typing import Any
@@ -138,3 +140,8 @@ def cached_prompt_tokens(output: Any) -> int | None:
 async def engine_request(llm: Any, request_id: str, prompt: Any, params: Any) -> Any:
     """The EngineCoreRequest AsyncLLM.add_request would build (validated, not yet submitted)."""
     return llm.input_processor.process_inputs(request_id, prompt, params)
+
+
+def inlined_ir_ops() -> contextlib.AbstractContextManager[None]:
+    """vLLM 0.15 has no IR ops (vllm.ir came with 0.20): nothing to inline."""
+    return contextlib.nullcontext()

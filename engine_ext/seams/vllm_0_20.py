@@ -9,6 +9,7 @@ engine request takes the engine's supported tasks.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from engine_ext.seams.common import install_shared_seams, marks_on, shared_seams, shared_targets
@@ -79,3 +80,17 @@ async def engine_request(llm: Any, request_id: str, prompt: Any, params: Any) ->
     """The EngineCoreRequest AsyncLLM.add_request would build (validated, not yet submitted); 0.20
     validates the request against the engine's supported tasks, which AsyncLLM caches."""
     return llm.input_processor.process_inputs(request_id, prompt, params, supported_tasks=await llm.get_supported_tasks())
+
+
+def inlined_ir_ops() -> contextlib.AbstractContextManager[None]:
+    """While tracing the compiled PoC forward: vLLM IR ops (vllm.ir, rms_norm) run their Python
+    implementation inline instead of through their torch custom op.
+
+    On GPU, vLLM 0.20 wraps IR ops in an opaque torch op (`vllm_ir::rms_norm`) that only its own
+    inductor pass lowers; compiled by plain torch.compile they stayed opaque and ran as five
+    unfused kernels (mul, pow, mean, rsqrt, copy): 100 ms of an 833 ms Qwen3-8B PoC batch on an
+    H200, where vLLM's compiled prefill spends 18 ms in one fused kernel. `enable_torch_wrap(False)`
+    is vLLM's own switch for that dispatch (its CPU platform turns it off altogether)."""
+    import vllm.ir
+
+    return vllm.ir.enable_torch_wrap(False)
