@@ -16,7 +16,7 @@ import grpc
 import numpy as np
 import pytest
 
-from gonka.mlnode.v1 import inference_pb2, inference_pb2_grpc, poc_pb2, poc_pb2_grpc
+from gonka.mlnode.v1 import inference_pb2, inference_pb2_grpc, poc_pb2_grpc
 from tests.support.poc_reference import HfPocReference, artifacts_request, l2_distance, one_forward
 from tests.support.server_process import ServerProcess, start_server
 
