@@ -173,23 +173,23 @@ class MlnodeEngine:
     async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
         """One PoC batch on KV blocks borrowed for it inside the same engine-core call
         (engine_ext.poc.block_lease); the result says when too few blocks were free."""
-        call = self._llm.engine_core.call_utility_async("mlnode_poc_forward", batch.to_wire(), self.poc_compiled)
-        return PocBatchResult.from_wire(await self._guarded("PoC forward (utility call mlnode_poc_forward)", call))
+        return PocBatchResult.from_wire(await self._guarded("PoC forward (utility call mlnode_poc_forward)", self._poc_call(batch)))
 
-    async def prepare_poc_forward(self) -> None:
-        """Compiles the PoC forward now, with one small batch, so that no round or validation waits
-        for it (torch.compile takes seconds on a CPU, longer on a large model; inductor's cache
-        shortens later starts). Not bounded by the engine-call timeout: it runs before serving."""
-        if not self.poc_compiled:
-            return
+    async def compile_poc_forward(self) -> None:
+        """Compiles the PoC forward now (for an engine with `poc_compiled`), with one small batch, so
+        that no round or validation waits for it (torch.compile takes seconds on a CPU, longer on a
+        large model; inductor's cache shortens later starts). Not bounded by the engine-call timeout:
+        it runs before serving."""
         batch = PocBatch(PREPARE_BLOCK_HASH, PREPARE_PUBLIC_KEY, (0, 1), PREPARE_SEQ_LEN, PREPARE_K_DIM, False)
         try:
-            wire = await self._llm.engine_core.call_utility_async("mlnode_poc_forward", batch.to_wire(), True)
+            result = PocBatchResult.from_wire(await self._poc_call(batch))
         except EngineDeadError as error:
             raise EngineDead("the engine has died") from error
-        result = PocBatchResult.from_wire(wire)
         if result.status != BATCH_OK:
             raise PocForwardUnprepared(f"the compiled PoC forward's first batch came back {result.status}: {result.detail}")
+
+    def _poc_call(self, batch: PocBatch) -> Any:
+        return self._llm.engine_core.call_utility_async("mlnode_poc_forward", batch.to_wire(), self.poc_compiled)
 
     async def require_extension(self) -> None:
         """Fails unless the plugin ran in the engine core (VLLM_PLUGINS can exclude it): without its

@@ -115,13 +115,13 @@ async def serve(options: ServerOptions, credentials: ServerCredentials, engine_a
         engine.shutdown()
 
 
-async def _prepare_poc_forward(engine: MlnodeEngine) -> None:
+async def _compile_poc_forward(engine: MlnodeEngine) -> None:
     if not engine.poc_compiled:
         return
     log.info("compiling the PoC forward (torch.compile; --poc-forward eager skips it)")
     started = time.monotonic()
     try:
-        await engine.prepare_poc_forward()
+        await engine.compile_poc_forward()
     except Exception as error:  # torch.compile's failures have no common base class
         raise StartupError(f"the PoC forward did not compile ({error}); --poc-forward eager runs it uncompiled") from error
     log.info("PoC forward compiled in %.1f s", time.monotonic() - started)
@@ -132,7 +132,7 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credential
         await engine.require_extension()
     except ExtensionMissing as error:
         raise StartupError(str(error)) from error
-    await _prepare_poc_forward(engine)
+    await _compile_poc_forward(engine)
     facts = engine.model_facts()
     tokenizer = engine.tokenizer()
     limits = PromptLimits(

@@ -38,6 +38,11 @@ def eager_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPro
     assert exit_code == 0, f"the eager-forward server exited with {exit_code} on SIGTERM:\n{process.log_tail()}"
 
 
+@pytest.fixture(scope="module")
+def reference(model_dir: Path) -> HfPocReference:
+    return HfPocReference(model_dir)
+
+
 def artifacts(server: ServerProcess, seq_len: int) -> dict[int, np.ndarray]:
     with grpc.insecure_channel(server.target) as channel:
         model = inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=30)
@@ -53,10 +58,9 @@ def test_only_the_compiled_server_compiles(server: ServerProcess, eager_server: 
 
 @pytest.mark.parametrize("seq_len", SEQ_LENS)
 def test_eager_and_compiled_artifacts_agree_and_equal_the_reference(
-    server: ServerProcess, eager_server: ServerProcess, model_dir: Path, seq_len: int
+    server: ServerProcess, eager_server: ServerProcess, reference: HfPocReference, seq_len: int
 ) -> None:
     compiled, eager = artifacts(server, seq_len), artifacts(eager_server, seq_len)
-    reference = HfPocReference(model_dir)
     between = {nonce: l2_distance(compiled[nonce], eager[nonce]) for nonce in NONCES}
     eager_to_reference = {
         nonce: l2_distance(eager[nonce], reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, seq_len, K, False)) for nonce in NONCES
