@@ -9,7 +9,6 @@ path here that would ask for multicast.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 import torch
