@@ -41,6 +41,7 @@ class RowState:
 
 class ReplayRows(LogitsProcessor):
     def __init__(self, vllm_config: Any, device: torch.device, is_pin_memory: bool) -> None:
+        self._pin_memory = is_pin_memory
         self._rows: dict[int, RowState] = {}
         # How many rows want logprobs in each mode: the sampler seam's per-step question is O(1).
         self._modes: Counter[str] = Counter()
@@ -85,11 +86,11 @@ class ReplayRows(LogitsProcessor):
 
     def rows_in_mode(self, mode: str, num_rows: int, device: torch.device) -> torch.Tensor:
         """A boolean mask over the batch's rows: those whose logprobs are to be given in `mode`."""
-        mask = torch.zeros(num_rows, dtype=torch.bool)
+        flags = [False] * num_rows
         for index, state in self._rows.items():
             if state.logprobs_mode == mode and index < num_rows:
-                mask[index] = True
-        return mask.to(device)
+                flags[index] = True
+        return self._on_device(flags, torch.bool, device)
 
     def enforce(self, sampled: torch.Tensor) -> torch.Tensor:
         """`sampled` (one token per row) with every replaying row's token replaced by its enforced one."""
@@ -101,8 +102,15 @@ class ReplayRows(LogitsProcessor):
             return sampled
         tokens = [self._rows[index].next_enforced_token() for index in rows]
         forced = sampled.clone()
-        forced[torch.tensor(rows, device=sampled.device)] = torch.tensor(tokens, dtype=sampled.dtype, device=sampled.device)
+        forced[self._on_device(rows, torch.long, sampled.device)] = self._on_device(tokens, sampled.dtype, sampled.device)
         return forced
+
+    def _on_device(self, values: list[Any], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        """`values` as a tensor on `device`, copied without waiting for the GPU: a copy from pageable host
+        memory synchronizes the stream, which would stall vLLM's asynchronous scheduling at every step (the
+        CPU could no longer prepare the next step while the GPU runs this one). Pinned blocks come from
+        torch's caching host allocator, which keeps each until its copy has run."""
+        return torch.tensor(values, dtype=dtype, pin_memory=self._pin_memory).to(device, non_blocking=True)
 
     def _put(self, index: int, state: RowState) -> None:
         self._rows[index] = state
