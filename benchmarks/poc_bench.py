@@ -243,10 +243,14 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--model", help="model directory (default: the embedded model)")
     parser.add_argument("--server-flags", default="", help="more server and vLLM flags, one string")
+    parser.add_argument(
+        "--server-log", type=Path, help="keep the server's log here (default: a temporary folder, removed after the run)"
+    )
     args = parser.parse_args()
     flags = SERVER_FLAGS + (["--model", args.model] if args.model else []) + shlex.split(args.server_flags)
     with tempfile.TemporaryDirectory() as scratch:
-        server = start_server(Path(scratch) / "server.log", flags + ["--poc-spool", str(Path(scratch) / "spool.jsonl")])
+        log_path = args.server_log or Path(scratch) / "server.log"
+        server = start_server(log_path, flags + ["--poc-spool", str(Path(scratch) / "spool.jsonl")])
         try:
             results = asyncio.run(run(args, server.target))
         finally:
