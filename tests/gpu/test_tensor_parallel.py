@@ -46,6 +46,7 @@ def served_artifacts(servers: OneServerAtATime, model: ServedModel) -> tuple[int
 
 @pytest.fixture(scope="module")
 def single_gpu(servers: OneServerAtATime, reference_model: ServedModel, split_model: ServedModel) -> dict[int, np.ndarray]:
+    # split_model comes first so that a one-GPU host skips before it starts any server.
     size, artifacts = served_artifacts(servers, reference_model)
     assert size == 1
     return artifacts

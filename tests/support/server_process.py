@@ -103,7 +103,7 @@ def start_server(
     )
     server = ServerProcess(process, port, log_path)
     try:
-        wait_until_serving(server, startup_timeout(), credentials=credentials)
+        wait_until_serving(server, credentials=credentials)
     except BaseException:
         server.stop(timeout=10)
         raise
@@ -116,9 +116,11 @@ def startup_timeout() -> float:
 
 
 def wait_until_serving(
-    server: ServerProcess, timeout: float = STARTUP_TIMEOUT_SECONDS, credentials: grpc.ChannelCredentials | None = None
+    server: ServerProcess, timeout: float | None = None, credentials: grpc.ChannelCredentials | None = None
 ) -> None:
-    deadline = time.monotonic() + timeout
+    """`timeout`: seconds; None, startup_timeout()."""
+    allowed = startup_timeout() if timeout is None else timeout
+    deadline = time.monotonic() + allowed
     channel = grpc.insecure_channel(server.target) if credentials is None else grpc.secure_channel(server.target, credentials)
     with channel:
         health = health_pb2_grpc.HealthStub(channel)
@@ -132,4 +134,4 @@ def wait_until_serving(
             except grpc.RpcError:
                 pass
             time.sleep(0.5)
-    raise TimeoutError(f"server not serving after {timeout:.0f}s:\n{server.log_tail()}")
+    raise TimeoutError(f"server not serving after {allowed:.0f}s:\n{server.log_tail()}")
