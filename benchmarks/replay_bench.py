@@ -671,7 +671,7 @@ def json_document(results: Results, args: argparse.Namespace, machine: dict[str,
     return {
         "command": shlex.join(sys.orig_argv),
         "machine": machine,
-        "server_flags": server_flags(args.model),
+        "server_flags": server_flags(args.model, args.server_flags),
         "engine_env": dict(ENGINE_ENV),
         "settings": {
             "streams": STREAMS,

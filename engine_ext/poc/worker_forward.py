@@ -106,9 +106,12 @@ class PocWorkerForward:
 
         runner = self._runner
         batch_size, seq_len = len(batch.nonces), batch.seq_len
-        metadata = build_forward_metadata(runner, batch_size, seq_len, block_ids)
         tokens = inputs.view(batch_size * seq_len, self._hidden)
         vectors = self._vectors_for(batch.block_hash)
+        # Metadata is built in inference mode too: FlashInfer plans into buffers it made as inference tensors,
+        # and updating those in place outside the mode is an error.
+        with torch.inference_mode():
+            metadata = build_forward_metadata(runner, batch_size, seq_len, block_ids)
         with torch.inference_mode(), set_forward_context(
             metadata.attention,
             runner.vllm_config,
