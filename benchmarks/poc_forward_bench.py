@@ -13,9 +13,10 @@ measured as the worker measures it; the whole generate call for the prefill, whi
 and one sampled token). Also printed: the compile time of the first compiled batch, and the largest
 L2 distance between the artifacts of the two PoC forms (the bound the project holds is 0.02).
 With --profile, one batch of each form runs under torch.profiler and the top kernels by device
-time are printed (a GPU host: CUDA time; a CPU host: CPU time). The profiler sees this process only:
-where vLLM runs its worker in a process of its own (vLLM 0.20 on a CPU always does), the profile is
-left out and the bench says so.
+time are printed (a GPU host: CUDA time, and the share of the batch's wall time the device was busy;
+a CPU host: CPU time); --trace-dir also writes each profiled batch's timeline (Chrome trace JSON).
+The profiler sees this process only: where vLLM runs its worker in a process of its own (vLLM 0.20
+on a CPU always does), the profile is left out and the bench says so.
 
 The KV blocks of the PoC batch are the pool's first free ones: the engine serves nothing else here.
 Usage, from the repository root:
@@ -105,19 +106,33 @@ def largest_l2(a: bytes, b: bytes) -> float:
     return float(np.linalg.norm(x - y, axis=1).max())
 
 
-def profile_table(run: Any, rows: int) -> str:
+def profile_table(run: Any, rows: int, trace: Path | None) -> str:
+    """The top kernels of one run; on a GPU also how much of the run's wall time the device was busy, since
+    time the GPU spends waiting for launches (or for a host sync) shows in no kernel's row."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     cuda = torch.cuda.is_available()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
+        if cuda:
+            torch.cuda.synchronize()
+        started = time.perf_counter()
         run()
+        if cuda:
+            torch.cuda.synchronize()
+        wall_ms = (time.perf_counter() - started) * 1e3
+    if trace is not None:
+        prof.export_chrome_trace(str(trace))
     sort_by = "cuda_time_total" if cuda else "self_cpu_time_total"
-    return prof.key_averages().table(sort_by=sort_by, row_limit=rows, max_name_column_width=70)
+    table = prof.key_averages().table(sort_by=sort_by, row_limit=rows, max_name_column_width=70)
+    if not cuda:
+        return table
+    busy_ms = sum(event.self_device_time_total for event in prof.key_averages()) / 1e3
+    return f"{table}\ndevice busy {busy_ms:.1f} ms of {wall_ms:.1f} ms wall ({busy_ms / wall_ms:.1%}; under the profiler)"
 
 
-def measure(shape: Shape, repeats: int, profile: bool, rows: int) -> dict[str, Any]:
+def measure(shape: Shape, repeats: int, profile: bool, rows: int, trace_dir: Path | None) -> dict[str, Any]:
     started = time.perf_counter()
     _, compiled_vectors = shape.poc(compiled=True)
     first_compiled = time.perf_counter() - started
@@ -142,7 +157,8 @@ def measure(shape: Shape, repeats: int, profile: bool, rows: int) -> dict[str, A
     elif profile:
         figures["profiles"] = {}
         for name, run in forms.items():
-            figures["profiles"][name] = table = profile_table(run, rows)
+            trace = trace_dir / f"{shape.seq_len}x{shape.batch}-{name}.json" if trace_dir else None
+            figures["profiles"][name] = table = profile_table(run, rows, trace)
             print(f"--- {shape.seq_len}x{shape.batch} {name}: top kernels\n{table}", flush=True)
     return figures
 
@@ -166,14 +182,17 @@ def main() -> int:
     parser.add_argument("--engine-args", default="{}", help="more vLLM engine arguments, a JSON object")
     parser.add_argument("--profile", action="store_true", help="print the top kernels of one batch of each form")
     parser.add_argument("--profile-rows", type=int, default=25)
+    parser.add_argument("--trace-dir", type=Path, help="with --profile: also write each profiled batch's timeline here (Chrome trace JSON)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
+    if args.trace_dir:
+        args.trace_dir.mkdir(parents=True, exist_ok=True)
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     llm = build_engine(args.model, json.loads(args.engine_args))
     results = {}
     for text in args.shapes:
         seq_len, batch = parse_shape(text)
-        figures = measure(Shape(llm, seq_len, batch), args.repeats, args.profile, args.profile_rows)
+        figures = measure(Shape(llm, seq_len, batch), args.repeats, args.profile, args.profile_rows, args.trace_dir)
         results[text] = figures
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
