@@ -1,0 +1,145 @@
+"""vLLM's Triton fused-MoE kernel at the PoC's token count, under candidate tile configs (GPU only).
+
+A PoC batch of 32 x 1024 tokens makes each MoE layer one fused_experts call over 32,768 tokens. vLLM takes the
+kernel's tile config from a file tuned per device and expert shape (for the H200 and 128 experts of width 768 it
+ships one), keyed by token counts up to 4096, so the PoC's count gets the largest key's config. This times that
+default and a grid of alternatives on random bf16 inputs with uniform random routing (the Qwen3-30B-A3B expert shape
+by default), each as the mean of --iterations calls after an untimed one, in a grid order that starts next to the
+default; --seconds caps the search. Each time covers the whole call (routing alignment, both expert GEMMs, the
+activation and the top-k sum); TFLOP/s counts the two expert GEMMs only. Prints every config, writes them to --json
+as it goes, and ends with the fastest. Asserts nothing. Usage, on a GPU host with vLLM installed (docs/gpu.md):
+
+    python3 benchmarks/moe_config_search.py --json moe-configs.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+# The grid: the default's own values first in each axis, so the search starts next to it.
+BLOCK_M = (128, 64, 256)
+BLOCK_N = (256, 128)
+BLOCK_K = (64, 128)
+GROUP_M = (16, 32, 1)
+WARPS = (8, 4)
+STAGES = (4, 3, 5)
+
+
+@dataclass(frozen=True)
+class ExpertShape:
+    tokens: int
+    experts: int
+    hidden: int
+    width: int
+    top_k: int
+
+    def gemm_flops(self) -> int:
+        # Per routed token: the gate and up projections (hidden -> 2 x width), then down (width -> hidden).
+        return 2 * self.tokens * self.top_k * (2 * self.width * self.hidden + self.hidden * self.width)
+
+
+class ExpertCall:
+    """One fused_experts call on fixed random inputs."""
+
+    def __init__(self, shape: ExpertShape) -> None:
+        torch.manual_seed(0)
+        cuda = {"dtype": torch.bfloat16, "device": "cuda"}
+        self.hidden_states = torch.randn(shape.tokens, shape.hidden, **cuda) * 0.1
+        self.w1 = torch.randn(shape.experts, 2 * shape.width, shape.hidden, **cuda) * 0.02
+        self.w2 = torch.randn(shape.experts, shape.hidden, shape.width, **cuda) * 0.02
+        weights, ids = torch.softmax(torch.randn(shape.tokens, shape.experts, device="cuda"), -1).topk(shape.top_k)
+        self.topk_ids = ids.to(torch.int32)
+        self.topk_weights = (weights / weights.sum(-1, keepdim=True)).float()
+
+    def __call__(self) -> None:
+        from vllm.model_executor.layers.fused_moe.fused_moe import fused_experts
+
+        fused_experts(self.hidden_states, self.w1, self.w2, self.topk_weights, self.topk_ids)
+
+
+def default_config(shape: ExpertShape) -> dict[str, int]:
+    from vllm.model_executor.layers.fused_moe.fused_moe import try_get_optimal_moe_config
+
+    w1_shape = (shape.experts, 2 * shape.width, shape.hidden)
+    w2_shape = (shape.experts, shape.hidden, shape.width)
+    return try_get_optimal_moe_config(w1_shape, w2_shape, shape.top_k, None, shape.tokens)
+
+
+def milliseconds_per_call(call: ExpertCall, config: dict[str, int] | None, iterations: int) -> float:
+    from vllm.model_executor.layers.fused_moe import override_config
+
+    with override_config(config) if config else contextlib.nullcontext():
+        call()  # compiles the kernel for this config
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iterations):
+            call()
+        end.record()
+        torch.cuda.synchronize()
+    return start.elapsed_time(end) / iterations
+
+
+def candidates(default: dict[str, int]) -> Iterator[dict[str, int]]:
+    for block_m, block_n, block_k, group_m, warps, stages in itertools.product(BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, WARPS, STAGES):
+        config = {"BLOCK_SIZE_M": block_m, "BLOCK_SIZE_N": block_n, "BLOCK_SIZE_K": block_k, "GROUP_SIZE_M": group_m,
+                  "num_warps": warps, "num_stages": stages}
+        if config != default:
+            yield config
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokens", type=int, default=32 * 1024, help="tokens per call (a PoC batch: batch x seq_len)")
+    parser.add_argument("--experts", type=int, default=128)
+    parser.add_argument("--hidden", type=int, default=2048)
+    parser.add_argument("--width", type=int, default=768, help="each expert's intermediate size")
+    parser.add_argument("--top-k", type=int, default=8)
+    parser.add_argument("--iterations", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=140.0, help="stop trying candidates after this long")
+    parser.add_argument("--json", type=Path, help="also write the figures here, rewritten after each config")
+    args = parser.parse_args()
+    if not torch.cuda.is_available():
+        print("moe_config_search: needs a CUDA GPU (vLLM's fused-MoE kernel is a Triton GPU kernel)", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    shape = ExpertShape(args.tokens, args.experts, args.hidden, args.width, args.top_k)
+    call = ExpertCall(shape)
+    default = default_config(shape)
+    print(f"vLLM's config for {shape}: {default}", flush=True)
+    timed: list[dict[str, Any]] = []
+    for name, config in itertools.chain([("default", None)], (("candidate", c) for c in candidates(default))):
+        if name != "default" and time.monotonic() - started > args.seconds:
+            print(f"--seconds {args.seconds:g} reached", flush=True)
+            break
+        try:
+            ms = milliseconds_per_call(call, config, args.iterations)
+        except Exception as error:  # noqa: BLE001 - a tile too large for shared memory fails to compile; the rest go on
+            print(f"{name} {config}: failed: {str(error)[:120]}", flush=True)
+            continue
+        tflops = shape.gemm_flops() / ms / 1e9
+        timed.append({"name": name, "config": config or default, "ms": ms, "tflops": tflops})
+        print(f"{name} {config or default}: {ms:.3f} ms, {tflops:.0f} TFLOP/s", flush=True)
+        if args.json:
+            args.json.write_text(json.dumps({"shape": asdict(shape), "default": default, "results": timed}, indent=1))
+    if not timed:
+        print("no config ran", file=sys.stderr)
+        return 1
+    fastest = min(timed, key=lambda entry: entry["ms"])
+    print(f"fastest of {len(timed)}: {fastest['name']} {fastest['config']} {fastest['ms']:.3f} ms", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
