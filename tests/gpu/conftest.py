@@ -8,7 +8,7 @@ Environment (all optional; unset, both are the embedded model, one server, and t
                               --gpu-memory-utilization 0.85"
   MLNODE_GPU_REFERENCE_MODEL_DIR  the consensus check's model (default: the embedded model); it needs real
                               weights, which transformers loads on CPU as a Qwen3ForCausalLM
-  MLNODE_GPU_REFERENCE_FLAGS  vLLM flags for that model's server, e.g. "--attention-backend FLASHINFER"
+  MLNODE_GPU_REFERENCE_FLAGS  vLLM flags for that model's server, e.g. "--enforce-eager"
 """
 
 from __future__ import annotations
