@@ -19,6 +19,8 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_TIMEOUT_SECONDS = 300.0
 # A fresh GPU host compiles a large model's PoC forward and vLLM's graphs at start (minutes): it can allow more.
 STARTUP_TIMEOUT_VARIABLE = "MLNODE_STARTUP_TIMEOUT"
+# How often a starting server is asked whether it serves.
+POLL_INTERVAL_MS = 500
 # The test suite's shared server: vLLM engine flags, passed through as a user would pass them.
 # - Random weights make greedy decoding pick the JSON grammar's unbounded whitespace forever;
 #   compact JSON keeps the JSON tests finite.
@@ -121,7 +123,14 @@ def wait_until_serving(
     """`timeout`: seconds; None, startup_timeout()."""
     allowed = startup_timeout() if timeout is None else timeout
     deadline = time.monotonic() + allowed
-    channel = grpc.insecure_channel(server.target) if credentials is None else grpc.secure_channel(server.target, credentials)
+    # gRPC backs off between reconnects (1 s growing by 1.6x): after a 40-s start of refused connections the
+    # next attempt could come 10-20 s after the server listens. Capped at the poll interval.
+    options = [(f"grpc.{name}_reconnect_backoff_ms", POLL_INTERVAL_MS) for name in ("initial", "min", "max")]
+    channel = (
+        grpc.insecure_channel(server.target, options)
+        if credentials is None
+        else grpc.secure_channel(server.target, credentials, options)
+    )
     with channel:
         health = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
@@ -133,5 +142,5 @@ def wait_until_serving(
                     return
             except grpc.RpcError:
                 pass
-            time.sleep(0.5)
+            time.sleep(POLL_INTERVAL_MS / 1000)
     raise TimeoutError(f"server not serving after {allowed:.0f}s:\n{server.log_tail()}")
