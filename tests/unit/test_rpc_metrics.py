@@ -67,6 +67,9 @@ async def scenario(registry: CollectorRegistry) -> None:
             with pytest.raises(grpc.aio.AioRpcError) as late:
                 [message async for message in streamed(b"wait", timeout=0.5)]
             assert late.value.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+            # The server may still count that call active; the next wait must see the next call's start, or the
+            # cancellation below could come before the server ever saw that call.
+            await asyncio.wait_for(active_streams(registry, 0), 30)
             cancelled = streamed(b"wait")  # the call starts at once; it sends nothing before it is cancelled
             await asyncio.wait_for(active_streams(registry, 1), 30)
             cancelled.cancel()
