@@ -125,10 +125,11 @@ def profile_table(run: Any, rows: int, trace: Path | None) -> str:
     if trace is not None:
         prof.export_chrome_trace(str(trace))
     sort_by = "cuda_time_total" if cuda else "self_cpu_time_total"
-    table = prof.key_averages().table(sort_by=sort_by, row_limit=rows, max_name_column_width=70)
+    averages = prof.key_averages()
+    table = averages.table(sort_by=sort_by, row_limit=rows, max_name_column_width=70)
     if not cuda:
         return table
-    busy_ms = sum(event.self_device_time_total for event in prof.key_averages()) / 1e3
+    busy_ms = sum(event.self_device_time_total for event in averages) / 1e3
     return f"{table}\ndevice busy {busy_ms:.1f} ms of {wall_ms:.1f} ms wall ({busy_ms / wall_ms:.1%}; under the profiler)"
 
 

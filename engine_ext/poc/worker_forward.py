@@ -100,6 +100,9 @@ class PocWorkerForward:
             generate_inputs(out, batch.block_hash, batch.public_key, list(batch.nonces), stronger_rng=batch.stronger_rng)
         return out if out.dtype == self._dtype else out.to(self._dtype)
 
+    # The whole forward runs in inference mode, as vLLM's own model step does: attention backends keep their
+    # planning buffers as inference tensors and update them in place while building the metadata (FlashInfer does).
+    @torch.inference_mode()
     def _forward(self, batch: PocBatch, inputs: torch.Tensor, block_ids: list[list[int]], compiled: bool) -> torch.Tensor:
         """[B, H] last-token hidden states after the final norm."""
         from vllm.forward_context import set_forward_context
@@ -108,11 +111,8 @@ class PocWorkerForward:
         batch_size, seq_len = len(batch.nonces), batch.seq_len
         tokens = inputs.view(batch_size * seq_len, self._hidden)
         vectors = self._vectors_for(batch.block_hash)
-        # Metadata is built in inference mode too: FlashInfer plans into buffers it made as inference tensors,
-        # and updating those in place outside the mode is an error.
-        with torch.inference_mode():
-            metadata = build_forward_metadata(runner, batch_size, seq_len, block_ids)
-        with torch.inference_mode(), set_forward_context(
+        metadata = build_forward_metadata(runner, batch_size, seq_len, block_ids)
+        with set_forward_context(
             metadata.attention,
             runner.vllm_config,
             num_tokens=batch_size * seq_len,
