@@ -13,7 +13,7 @@ measured as the worker measures it; the whole generate call for the prefill, whi
 and one sampled token). Also printed: the compile time of the first compiled batch, and the largest
 L2 distance between the artifacts of the two PoC forms (the bound the project holds is 0.02).
 With --profile, one batch of each form runs under torch.profiler and the top kernels by device
-time are printed (a GPU host: CUDA time, and the share of the batch's wall time the device was busy;
+time are printed (a GPU host: CUDA time, then where the device sat idle, benchmarks/trace_gaps.py;
 a CPU host: CPU time); --trace-dir also writes each profiled batch's timeline (Chrome trace JSON).
 The profiler sees this process only: where vLLM runs its worker in a process of its own (vLLM 0.20
 on a CPU always does), the profile is left out and the bench says so.
@@ -33,6 +33,7 @@ import json
 import os
 import random
 import sys
+import tempfile
 import time
 from pathlib import Path
 from statistics import median
@@ -41,11 +42,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.poc_bench import parse_shape  # noqa: E402
+from benchmarks.trace_gaps import report as idle_report  # noqa: E402
 
 BLOCK_HASH = "0x5eed"
 PUBLIC_KEY = "bench-public-key"
 VOCAB_SAMPLE = 150_000
 K_DIM = 12
+# The profiled batch's range in the trace: the window its idle time is measured in.
+PROFILED_RANGE = "poc_batch"
 
 
 def build_engine(model: str | None, engine_args: dict[str, Any]) -> Any:
@@ -107,30 +111,31 @@ def largest_l2(a: bytes, b: bytes) -> float:
 
 
 def profile_table(run: Any, rows: int, trace: Path | None) -> str:
-    """The top kernels of one run; on a GPU also how much of the run's wall time the device was busy, since
+    """The top kernels of one run; on a GPU also where the device sat idle (benchmarks/trace_gaps.py), since
     time the GPU spends waiting for launches (or for a host sync) shows in no kernel's row."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     cuda = torch.cuda.is_available()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     with profile(activities=activities) as prof:
         if cuda:
             torch.cuda.synchronize()
-        started = time.perf_counter()
-        run()
-        if cuda:
-            torch.cuda.synchronize()
-        wall_ms = (time.perf_counter() - started) * 1e3
+        with record_function(PROFILED_RANGE):
+            run()
+            if cuda:
+                torch.cuda.synchronize()
+    sort_by = "cuda_time_total" if cuda else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort_by, row_limit=rows, max_name_column_width=70)
     if trace is not None:
         prof.export_chrome_trace(str(trace))
-    sort_by = "cuda_time_total" if cuda else "self_cpu_time_total"
-    averages = prof.key_averages()
-    table = averages.table(sort_by=sort_by, row_limit=rows, max_name_column_width=70)
     if not cuda:
         return table
-    busy_ms = sum(event.self_device_time_total for event in averages) / 1e3
-    return f"{table}\ndevice busy {busy_ms:.1f} ms of {wall_ms:.1f} ms wall ({busy_ms / wall_ms:.1%}; under the profiler)"
+    with tempfile.TemporaryDirectory() as scratch:
+        timeline = trace or Path(scratch) / "trace.json"
+        if trace is None:
+            prof.export_chrome_trace(str(timeline))
+        return f"{table}\n{idle_report(timeline, PROFILED_RANGE, rows)}"
 
 
 def measure(shape: Shape, repeats: int, profile: bool, rows: int, trace_dir: Path | None) -> dict[str, Any]:
