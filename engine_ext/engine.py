@@ -10,6 +10,7 @@ and collective-RPC methods the plugin registers, each bounded by EngineCalls.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import vllm.envs as vllm_envs
 from prometheus_client import CollectorRegistry
 from vllm.inputs import TokensPrompt
+from vllm.platforms import current_platform
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.prometheus import get_prometheus_registry
@@ -28,13 +30,14 @@ from engine_ext.generation_request import GenerationRequest, sampling_params
 from engine_ext.model_facts import ModelFacts, read_model_facts
 from engine_ext.outputs import GenerationStep
 from engine_ext.packed_logprobs import request_packed_logprobs
-from engine_ext.poc.batch import BATCH_OK, PocBatch, PocBatchResult
+from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, PocBatch, PocBatchResult
 from engine_ext.request_outputs import RequestOutputReader
 from engine_ext.seams import seams_for_installed_vllm
 from engine_ext.token_streams import TokenStreams, token_stream_possible
 
+log = logging.getLogger(__name__)
 
-# The batch that compiles the PoC forward before serving: two nonces (a dynamic token count is
+# The batch that compiles the PoC forward before serving: at least two nonces (a dynamic token count is
 # never specialized to 0 or 1), a short sequence, any identity.
 PREPARE_BLOCK_HASH = "prepare-poc-forward"
 PREPARE_PUBLIC_KEY = "prepare-poc-forward"
@@ -176,17 +179,30 @@ class MlnodeEngine:
         return PocBatchResult.from_wire(await self._guarded("PoC forward (utility call mlnode_poc_forward)", self._poc_call(batch)))
 
     async def compile_poc_forward(self) -> None:
-        """Compiles the PoC forward now (for an engine with `poc_compiled`), with one small batch, so
-        that no round or validation waits for it (torch.compile takes seconds on a CPU, longer on a
-        large model; inductor's cache shortens later starts). Not bounded by the engine-call timeout:
-        it runs before serving."""
-        batch = PocBatch(PREPARE_BLOCK_HASH, PREPARE_PUBLIC_KEY, (0, 1), PREPARE_SEQ_LEN, PREPARE_K_DIM, False)
-        try:
-            result = PocBatchResult.from_wire(await self._poc_call(batch))
-        except EngineDeadError as error:
-            raise EngineDead("the engine has died") from error
+        """Compiles the PoC forward now (for an engine with `poc_compiled`), so that no round or validation
+        waits for it (torch.compile takes seconds on a CPU, longer on a large model; inductor's cache
+        shortens later starts). Not bounded by the engine-call timeout: it runs before serving.
+
+        On a GPU the compiling batch is as large as a PoC batch may be (max_num_batched_tokens): inductor
+        tunes each generated kernel's launch configuration on the first call and keeps it for every later
+        size, so a small first batch leaves full-size batches on configurations chosen for a few tokens
+        (vLLM's own graph is first called by its profile run, at full size too). Where too few KV blocks
+        are free for that, a small batch compiles it. A CPU tunes nothing at run time: a small batch."""
+        result = await self._prepare_call(small=current_platform.is_cpu())
+        if result.status == BATCH_INSUFFICIENT_BLOCKS:
+            log.warning("compiling the PoC forward on a small batch: %d KV blocks free, %d needed for a full-size one", result.free_blocks, result.needed_blocks)
+            result = await self._prepare_call(small=True)
         if result.status != BATCH_OK:
             raise PocForwardUnprepared(f"the compiled PoC forward's first batch came back {result.status}: {result.detail}")
+
+    async def _prepare_call(self, small: bool) -> PocBatchResult:
+        tokens = self._llm.vllm_config.scheduler_config.max_num_batched_tokens
+        nonces = 2 if small else max(2, tokens // PREPARE_SEQ_LEN)
+        batch = PocBatch(PREPARE_BLOCK_HASH, PREPARE_PUBLIC_KEY, tuple(range(nonces)), PREPARE_SEQ_LEN, PREPARE_K_DIM, False)
+        try:
+            return PocBatchResult.from_wire(await self._poc_call(batch))
+        except EngineDeadError as error:
+            raise EngineDead("the engine has died") from error
 
     def _poc_call(self, batch: PocBatch) -> Any:
         return self._llm.engine_core.call_utility_async("mlnode_poc_forward", batch.to_wire(), self.poc_compiled)

@@ -8,13 +8,16 @@ is never used (`skip_compiled`: it cannot take inputs_embeds without input ids).
 stack, chosen per call:
 - compiled: torch.compile (inductor) of the stack, a graph of the PoC's own with the token count
   dynamic (one compilation serves every batch shape); the norms, rotary embedding, activations and
-  reflections are fused, as vLLM's compiled prefill fuses them;
+  reflections are fused, as vLLM's compiled prefill fuses them. On vLLM's FlashAttention backend,
+  attention runs straight over the batch's own keys and values, with nothing written to the KV
+  cache (engine_ext.seams.direct_attention);
 - eager: vLLM's own kernels (seams.platform_kernels), one op at a time.
 While a batch's forward runs, a helper thread generates the inputs of the batch announced next.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -26,6 +29,7 @@ from engine_ext.poc.batch import BATCH_NON_FINITE, BATCH_OK, PocBatch, PocBatchR
 from engine_ext.poc.forward_metadata import build_forward_metadata
 from engine_ext.poc.layer_stack import decoder_layers, reflected_stack
 from engine_ext.seams import platform_kernels, seams_for_installed_vllm
+from engine_ext.seams.direct_attention import DirectCausalAttention, direct_causal_attention, flash_attention_layers
 
 
 class PipelineParallelUnsupported(RuntimeError):
@@ -58,6 +62,8 @@ class PocWorkerForward:
         # on its first call.
         self._compiled_stack = torch.compile(reflected_stack, dynamic=False)
         self._seams = seams_for_installed_vllm()
+        # Made once: the compiled graph runs with the same stand-in objects every call.
+        self._direct_attention = [(layer, DirectCausalAttention(layer.impl)) for layer in flash_attention_layers(runner.get_model())]
 
     def run(self, batch: PocBatch, block_ids: list[list[int]], compiled: bool) -> PocBatchResult:
         started = time.perf_counter()
@@ -112,13 +118,16 @@ class PocWorkerForward:
         tokens = inputs.view(batch_size * seq_len, self._hidden)
         vectors = self._vectors_for(batch.block_hash)
         metadata = build_forward_metadata(runner, batch_size, seq_len, block_ids)
+        direct = compiled and bool(self._direct_attention)
+        attention = direct_causal_attention(self._direct_attention) if direct else contextlib.nullcontext()
         with set_forward_context(
             metadata.attention,
             runner.vllm_config,
             num_tokens=batch_size * seq_len,
-            slot_mapping=metadata.slot_mapping,
+            # Without a slot mapping nothing is written to the KV cache (direct attention never reads it).
+            slot_mapping={} if direct else metadata.slot_mapping,
             skip_compiled=True,
-        ):
+        ), attention:
             if compiled:
                 hidden = self._compiled(metadata.positions, tokens, vectors)
             else:
