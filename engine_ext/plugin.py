@@ -9,6 +9,28 @@ from __future__ import annotations
 
 import os
 
+PLUGIN_NAME = "gonka_mlnode"
+PLUGIN_GROUP = "vllm.general_plugins"
+
+
+def plugin_not_loadable() -> str | None:
+    """Why vLLM would not load this plugin into the processes it starts, or None: read before the engine starts
+    (its processes take most of a minute to come up) from what vLLM itself reads, the entry point and the
+    VLLM_PLUGINS allow-list. The engine core's own report (MlnodeEngine.require_extension) stays the final word."""
+    from importlib.metadata import entry_points
+
+    import vllm.envs
+
+    if not any(point.name == PLUGIN_NAME for point in entry_points(group=PLUGIN_GROUP)):
+        return f"the {PLUGIN_NAME} vLLM plugin is not installed (no entry point {PLUGIN_NAME} in {PLUGIN_GROUP}); install this project (make setup)"
+    allowed = vllm.envs.VLLM_PLUGINS
+    if allowed is not None and PLUGIN_NAME not in allowed:
+        return (
+            f"VLLM_PLUGINS={','.join(allowed)!r} leaves out the {PLUGIN_NAME} vLLM plugin, without whose seams the engine would "
+            f"serve, but wrongly; add {PLUGIN_NAME} to it or unset it"
+        )
+    return None
+
 
 def register() -> None:
     import vllm

@@ -14,6 +14,7 @@ from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.engine import ExtensionMissing, MlnodeEngine
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.engine_factory import EngineConfigurationError, create_engine
+from engine_ext.plugin import plugin_not_loadable
 from engine_ext.runtime import cache_vllm_environment, component_versions, freeze_startup_heap
 from engine_ext.vllm_version import UnsupportedVllmVersion
 from gonka.mlnode.v1 import inference_pb2 as pb
@@ -101,6 +102,9 @@ async def serve(options: ServerOptions, credentials: ServerCredentials, engine_a
     trigger = ShutdownTrigger()
     trigger.install_signal_handlers()
     calls = EngineCalls(options.engine_call_timeout_seconds, options.engine_stuck_seconds)
+    not_loadable = plugin_not_loadable()
+    if not_loadable:
+        raise StartupError(not_loadable)
     try:
         # With metrics, token streams feed vLLM's per-request metrics too (about 2 µs a token).
         request_metrics = options.metrics is not None
