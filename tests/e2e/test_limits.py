@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2
 
 from gonka.mlnode.client import AsyncInferenceClient, ServerError, build_request
 from gonka.mlnode.v1 import validation_pb2 as vpb
-from tests.support.server_process import ServerProcess, start_server
+from tests.support.server_process import SERVER_LAYER_FLAGS, ServerProcess, start_server
 
 MAX_STREAMS = 2
 KEEPALIVE_SECONDS = 1
@@ -38,6 +38,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterato
         "--keepalive-time", str(KEEPALIVE_SECONDS),
         "--keepalive-timeout", "5",
         "--keepalive-min-ping-interval", str(MIN_PING_INTERVAL_SECONDS),
+        *SERVER_LAYER_FLAGS,
     ]
     process = start_server(tmp_path_factory.mktemp("limits") / "server.log", flags)
     yield process

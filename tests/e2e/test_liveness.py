@@ -20,7 +20,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gonka.mlnode.client import AsyncInferenceClient, InferenceClient, ServerError
 from gonka.mlnode.v1 import inference_pb2 as pb
-from tests.support.server_process import ServerProcess, start_server
+from tests.support.server_process import SERVER_LAYER_FLAGS, ServerProcess, start_server
 
 HUGE_PROMPT_CHARS = 10_000_000
 ENGINE_CALL_TIMEOUT_SECONDS = 1
@@ -30,6 +30,7 @@ FLAGS = [
     "--max-request-mb", "64",
     "--engine-call-timeout", str(ENGINE_CALL_TIMEOUT_SECONDS),
     "--engine-stuck-after", str(ENGINE_STUCK_AFTER_SECONDS),
+    *SERVER_LAYER_FLAGS,
 ]
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
 

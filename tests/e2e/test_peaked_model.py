@@ -13,7 +13,7 @@ from engine_ext.consensus import detect_logprobs_mode, sequence_distance
 from engine_ext.consensus.logprobs_mode import LogprobsMode
 from gonka.mlnode.client import AsyncInferenceClient, Generation, InferenceClient
 from server.embedded_model import PEAKED_MODEL_DIR
-from tests.support.server_process import REPO_ROOT, ServerProcess, start_server
+from tests.support.server_process import REPO_ROOT, SERVER_LAYER_FLAGS, ServerProcess, start_server
 
 CONFIGURATIONS = {
     "greedy": dict(temperature=0.0),
@@ -31,7 +31,7 @@ def peaked_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     model = REPO_ROOT / PEAKED_MODEL_DIR
     if not (model / "build_info.json").is_file():
         pytest.fail(f"the peaked model is not built at {model}: run `make test` (it builds it)")
-    process = start_server(tmp_path_factory.mktemp("peaked") / "server.log", ["--model", str(model)])
+    process = start_server(tmp_path_factory.mktemp("peaked") / "server.log", ["--model", str(model), *SERVER_LAYER_FLAGS])
     yield process
     assert process.stop() == 0, process.log_tail()
 

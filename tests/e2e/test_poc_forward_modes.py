@@ -30,7 +30,10 @@ SEQ_LENS = [64, 256]
 
 @pytest.fixture(scope="module")
 def eager_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    process = start_server(tmp_path_factory.mktemp("poc-eager") / "server.log", ["--poc-forward", "eager"])
+    process = start_server(
+        # vLLM's compiled graph has no part in a PoC forward (the eager one runs vLLM's own kernels): not built here.
+        tmp_path_factory.mktemp("poc-eager") / "server.log", ["--poc-forward", "eager", "--enforce-eager"]
+    )
     try:
         yield process
     finally:

@@ -14,7 +14,7 @@ import grpc
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import inference_pb2_grpc, poc_pb2, poc_pb2_grpc
 from tests.support.http_receiver import HttpReceiver
-from tests.support.server_process import free_port, start_server
+from tests.support.server_process import SERVER_LAYER_FLAGS, free_port, start_server
 
 K = 12
 
@@ -24,7 +24,7 @@ def test_sigterm_during_a_round_spools_and_the_next_start_delivers(tmp_path: Pat
     receiver_port = free_port()  # nothing listens there during the first run
     # A buffer of 8 batches: a late subscriber is told exactly what it lost.
     flags = ["--poc-spool", str(spool), "--poc-callback-flush-s", "1", "--poc-callback-interval-s", "0.5",
-             "--poc-buffer-artifacts", "64"]
+             "--poc-buffer-artifacts", "64", *SERVER_LAYER_FLAGS]
     server = start_server(tmp_path / "first.log", flags)
     produced: dict[int, str] = {}
     ends: list[poc_pb2.SubscriptionEnd] = []

@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gonka.mlnode.client import InferenceClient, ServerError
 from gonka.mlnode.v1 import inference_pb2 as pb
-from tests.support.server_process import REPO_ROOT, engine_environment, start_server
+from tests.support.server_process import REPO_ROOT, SERVER_LAYER_FLAGS, engine_environment, start_server
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
 # Stands in for vLLM where a refusal must come before vLLM is imported (about 10 s of a start): importing it fails.
@@ -71,7 +71,7 @@ def test_a_port_named_in_a_config_file_is_checked_too(tmp_path) -> None:
 
 
 def test_sigterm_drains_then_exits_zero(tmp_path) -> None:
-    server = start_server(tmp_path / "server.log", ["--shutdown-grace", "3"])
+    server = start_server(tmp_path / "server.log", ["--shutdown-grace", "3", *SERVER_LAYER_FLAGS])
     try:
         with InferenceClient(server.target) as client:
             # One stream on each output path: the lean token stream (no text) and vLLM's generate()
@@ -125,7 +125,7 @@ def test_sigterm_drains_then_exits_zero(tmp_path) -> None:
 
 
 def test_a_dead_engine_takes_the_server_down_with_exit_code_1(tmp_path) -> None:
-    server = start_server(tmp_path / "server.log")
+    server = start_server(tmp_path / "server.log", SERVER_LAYER_FLAGS)
     try:
         with InferenceClient(server.target) as client:
             status = client.server_status(include_engine_processes=True)

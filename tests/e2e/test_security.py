@@ -23,7 +23,7 @@ from gonka.mlnode.client import AsyncInferenceClient, InferenceClient, ServerErr
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from tests.e2e.test_service_surface import grpcurl_binary
 from tests.support.certificates import CertificateFiles, make_certificates
-from tests.support.server_process import REPO_ROOT, ServerProcess, engine_environment, start_server
+from tests.support.server_process import REPO_ROOT, SERVER_LAYER_FLAGS, ServerProcess, engine_environment, start_server
 
 FILE_TOKEN = "file-token_0123456789abcdef"
 ENV_TOKEN = "env-token_fedcba9876543210"
@@ -91,7 +91,7 @@ def mutual_tls_server(
 ) -> Iterator[ServerProcess]:
     flags = [
         "--tls-cert", str(certificates.server_cert), "--tls-key", str(certificates.server_key),
-        "--tls-client-ca", str(certificates.ca), "--auth-token-file", str(token_file),
+        "--tls-client-ca", str(certificates.ca), "--auth-token-file", str(token_file), *SERVER_LAYER_FLAGS,
     ]
     readiness = client_tls(certificates).channel_credentials()
     process = start_server(tmp_path_factory.mktemp("mtls") / "server.log", flags, credentials=readiness)
@@ -103,7 +103,7 @@ def mutual_tls_server(
 def tls_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path, certificates: CertificateFiles) -> Iterator[ServerProcess]:
     env = engine_environment()
     env["MLNODE_AUTH_TOKEN"] = ENV_TOKEN
-    flags = ["--tls-cert", str(certificates.server_cert), "--tls-key", str(certificates.server_key)]
+    flags = ["--tls-cert", str(certificates.server_cert), "--tls-key", str(certificates.server_key), *SERVER_LAYER_FLAGS]
     readiness = client_tls(certificates, with_certificate=False).channel_credentials()
     process = start_server(tmp_path_factory.mktemp("tls") / "server.log", flags, env=env, credentials=readiness)
     yield process
