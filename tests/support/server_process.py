@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -38,10 +39,21 @@ SHARED_SERVER_FLAGS = [
 ]
 
 
+# Ports handed to servers come from below the kernel's ephemeral range. A server listens on its port only once
+# its engine is up, and vLLM takes ephemeral ports for its own sockets meanwhile: an ephemeral port handed out
+# here was once taken that way first ("Address already in use" at the end of a start).
+PORTS_BELOW_EPHEMERAL = range(20_000, 32_768)
+
+
 def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+    for port in random.sample(PORTS_BELOW_EPHEMERAL, 50):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {PORTS_BELOW_EPHEMERAL} after 50 tries")
 
 
 def engine_environment(kv_cache_gib: int = 1) -> dict[str, str]:
