@@ -127,14 +127,14 @@ def profile_table(run: Any, rows: int, trace: Path | None) -> str:
                 torch.cuda.synchronize()
     sort_by = "cuda_time_total" if cuda else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=sort_by, row_limit=rows, max_name_column_width=70)
-    if trace is not None:
-        prof.export_chrome_trace(str(trace))
     if not cuda:
+        if trace is not None:
+            prof.export_chrome_trace(str(trace))
         return table
+    # The idle report reads the timeline back: written where --trace-dir keeps it, else to a scratch file.
     with tempfile.TemporaryDirectory() as scratch:
         timeline = trace or Path(scratch) / "trace.json"
-        if trace is None:
-            prof.export_chrome_trace(str(timeline))
+        prof.export_chrome_trace(str(timeline))
         return f"{table}\n{idle_report(timeline, PROFILED_RANGE, rows)}"
 
 
