@@ -313,7 +313,7 @@ def test_the_async_client_follows_computes_and_validates(server: ServerProcess) 
             async with AsyncInferenceClient(proxy.target) as client:
                 model = (await client.model_info()).served_model_name
                 started = await client.poc.start_round(model=model, **ROUND, timeout=CALL_TIMEOUT)
-                events = []
+                events, stopping = [], False
                 try:
                     assert (await client.poc.round_status(timeout=CALL_TIMEOUT)).round_id == started.round_id
                     async for event in client.poc.follow_artifacts(started.round_id, retry_delay=0.2, on_retry=lambda e, a: retries.append(a)):
@@ -321,7 +321,10 @@ def test_the_async_client_follows_computes_and_validates(server: ServerProcess) 
                         batches = sum(e.HasField("batch") for e in events)
                         if batches == 1 and proxy.connections == 1:
                             assert proxy.cut() == 1
-                        if batches == 3 and event.HasField("batch"):
+                        # Stop on the resumed stream: batches relayed before the cut can still be read after it, while
+                        # the channel's only connection is gone (a call then fails UNAVAILABLE, seen once in CI).
+                        if retries and batches >= 3 and event.HasField("batch") and not stopping:
+                            stopping = True
                             await client.poc.stop_round(timeout=CALL_TIMEOUT)
                 finally:
                     await client.poc.stop_round(started.round_id, timeout=CALL_TIMEOUT)
