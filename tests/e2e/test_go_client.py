@@ -188,9 +188,10 @@ def test_subscribe_prints_what_a_python_subscriber_receives(server: ServerProces
 
 
 def test_subscribe_resumes_after_a_dropped_connection(server: ServerProcess, client: InferenceClient, poc, go_example: Path) -> None:
-    # Batches come every few tens of milliseconds: the margin lets the cut land before the last one
-    # even on a loaded machine (a cut after it would leave nothing to resume).
-    batches = 50
+    # A batch of 8 x 64 takes about 4 ms on the shared server: 1,000 batches keep the round streaming for
+    # seconds, so the cut lands before the last one even when the Go process starts late on a loaded machine
+    # (50 were all produced within 0.2 s, and a client that arrived later got them in one burst before the cut).
+    batches = 1000
     with TcpProxy(server.port) as proxy:
         started = start_round(poc, client)
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -160,5 +161,9 @@ def test_a_callback_receiver_that_fails_twice_gets_every_artifact(client: Infere
             "public_key": "cb-key", "block_hash": "cb-block", "block_height": 9, "node_id": 1,
         }
         assert body["encoding"] == {"dtype": "f16", "k_dim": K, "endian": "le"}
-    status = poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest(round_id=round_id)).status
+    # The receiver keeps a body before it answers 200; the server counts the delivery when it reads that answer.
+    deadline = time.monotonic() + 30
+    while (status := poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest(round_id=round_id)).status).callback.delivered < len(produced):
+        assert time.monotonic() < deadline, status.callback
+        time.sleep(0.05)
     assert status.callback.delivered == len(produced) and status.callback.given_up == 0

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from server.errors import Reason, ServiceError, abort_with, invalid_field
 from server.metrics.error_reason import NO_REASON, error_reason
-from server.metrics.rpc_interceptor import MetricsInterceptor
+from server.metrics.rpc_interceptor import MetricsInterceptor, deadline_passed
 from server.metrics.rpc_metrics import RpcMetrics
 from server.refusing_handler import refusing_handler
 
@@ -117,3 +117,11 @@ def test_a_reason_is_read_from_the_status_details_trailer_only() -> None:
     assert error_reason(error.trailing_metadata()) == "INVALID_FIELD"
     assert error_reason((("grpc-status-details-bin", b"\xff not a status"),)) == NO_REASON
     assert error_reason(None) == error_reason((("other", b"x"),)) == NO_REASON
+
+
+def test_a_cancel_just_before_the_servers_deadline_is_the_clients_deadline() -> None:
+    # The client's timer starts before its request leaves: its deadline's cancel arrives with the server's own
+    # deadline 1-2 ms away on loopback (seen as CANCELLED in 3 of 100 loaded runs of the test above before this).
+    assert deadline_passed(0.0) and deadline_passed(0.0019)
+    assert not deadline_passed(None)  # no deadline: the client cancelled
+    assert not deadline_passed(30.0)
