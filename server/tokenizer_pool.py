@@ -4,13 +4,15 @@ Both are CPU work of one request that can take seconds (a long text, a slow temp
 event loop they would stall every stream and the health checks. They run here on a few worker
 threads instead: the fast tokenizer's Rust core releases the GIL while it encodes, and Python-level
 template rendering yields it every few milliseconds. Each thread has its own copy of the
-tokenizer, since a Hugging Face fast tokenizer is not safe to share between threads.
+tokenizer, since a Hugging Face fast tokenizer is not safe to share between threads; the copies are
+made before serving, since a copy holds the GIL for most of a second (several on a busy machine).
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
+import queue
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -26,9 +28,12 @@ BOUNDARY_SLACK_TOKENS = 2
 
 class TokenizerPool:
     def __init__(self, tokenizer: Any, workers: int = DEFAULT_WORKERS) -> None:
-        self._original = tokenizer
+        self._copies: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        for _ in range(workers):
+            self._copies.put(copy.deepcopy(tokenizer))
         self._per_thread = threading.local()
-        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="tokenizer")
+        # The executor starts at most `workers` threads, each taking one copy as it starts.
+        self._executor = ThreadPoolExecutor(workers, thread_name_prefix="tokenizer", initializer=self._take_a_copy)
 
     async def encode(self, text: str, max_tokens: int) -> list[int] | int:
         """The text's token ids; only (at least) their count when there are more than `max_tokens`.
@@ -57,13 +62,10 @@ class TokenizerPool:
 
     async def _run(self, work: Callable[[Any], T]) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: work(self._thread_tokenizer()))
+        return await loop.run_in_executor(self._executor, lambda: work(self._per_thread.tokenizer))
 
-    def _thread_tokenizer(self) -> Any:
-        tokenizer = getattr(self._per_thread, "tokenizer", None)
-        if tokenizer is None:
-            tokenizer = self._per_thread.tokenizer = copy.deepcopy(self._original)
-        return tokenizer
+    def _take_a_copy(self) -> None:
+        self._per_thread.tokenizer = self._copies.get_nowait()
 
 
 def _encode(tokenizer: Any, text: str, max_tokens: int) -> list[int] | int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -154,3 +155,33 @@ def test_a_huge_text_is_counted_in_pieces_exactly_as_whole(tokenizer) -> None:
     assert _encode(tokenizer, text, 8192) == counted
     # A text that fits is encoded whole, as the tokenizer itself encodes it.
     assert _encode(tokenizer, text[:5000], 8192) == tokenizer.encode(text[:5000])
+
+
+class CopyRecordingTokenizer:
+    """Records the thread each copy of it is made in (copying a real tokenizer holds the GIL ~1 s)."""
+
+    def __init__(self, copied_in: list[str]) -> None:
+        self.copied_in = copied_in
+
+    def __deepcopy__(self, memo: dict) -> CopyRecordingTokenizer:
+        self.copied_in.append(threading.current_thread().name)
+        return CopyRecordingTokenizer(self.copied_in)
+
+    def encode(self, text: str) -> list[int]:
+        return [len(text)]
+
+
+def test_the_tokenizer_copies_are_made_before_serving_not_on_the_first_requests() -> None:
+    copied_in: list[str] = []
+    tokenizers = TokenizerPool(CopyRecordingTokenizer(copied_in), workers=2)
+    try:
+        made_before_serving = list(copied_in)
+
+        async def two_at_once() -> list[list[int] | int]:
+            return await asyncio.gather(tokenizers.encode("abc", 10), tokenizers.encode("abcd", 10))
+
+        assert asyncio.run(two_at_once()) == [[3], [4]]
+    finally:
+        tokenizers.close()
+    assert made_before_serving == [threading.current_thread().name] * 2
+    assert copied_in == made_before_serving  # the worker threads copied nothing
