@@ -218,8 +218,6 @@ async def measure(target: str, args: argparse.Namespace) -> Measurement:
             raise RuntimeError(f"a {prompt_bytes}-byte prompt does not fit the server's {info.max_request_bytes}-byte requests: raise --max-request-mb")
         # Built before the window: only sending it belongs to what is measured.
         big_request = build_request(prompt=text, max_tokens=1, temperature=0.0)
-        # The tokenizer's first use on the server is not what this benchmark is about.
-        await prompt_client.generate(prompt="Hello", max_tokens=1, temperature=0.0, timeout=RPC_TIMEOUT_SECONDS)
 
         logs = [StreamLog() for _ in range(args.streams)]
         stream_request = build_request(token_ids=STREAM_PROMPT_IDS, max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0)
