@@ -196,9 +196,9 @@ class MlnodeEngine:
             raise PocForwardUnprepared(f"the compiled PoC forward's first batch came back {result.status}: {result.detail}")
 
     async def _prepare_call(self, small: bool) -> PocBatchResult:
-        tokens = self._llm.vllm_config.scheduler_config.max_num_batched_tokens
-        nonces = 2 if small else max(2, tokens // PREPARE_SEQ_LEN)
-        batch = PocBatch(PREPARE_BLOCK_HASH, PREPARE_PUBLIC_KEY, tuple(range(nonces)), PREPARE_SEQ_LEN, PREPARE_K_DIM, False)
+        scheduler = self._llm.vllm_config.scheduler_config
+        nonces, seq_len = (2, PREPARE_SEQ_LEN) if small else full_size_shape(scheduler.max_num_batched_tokens, scheduler.max_num_seqs)
+        batch = PocBatch(PREPARE_BLOCK_HASH, PREPARE_PUBLIC_KEY, tuple(range(nonces)), seq_len, PREPARE_K_DIM, False)
         try:
             return PocBatchResult.from_wire(await self._poc_call(batch))
         except EngineDeadError as error:
@@ -265,3 +265,11 @@ class MlnodeEngine:
             return await self.calls.call(name, call)
         except EngineDeadError as error:
             raise EngineDead("the engine has died") from error
+
+
+def full_size_shape(max_num_batched_tokens: int, max_num_seqs: int) -> tuple[int, int]:
+    """(nonces, seq_len) of a batch as large as the engine's step: no more sequences than one step takes (vLLM
+    sizes attention buffers by it: on an H200, FlashAttention 3's metadata build failed on 16-token nonces filling
+    the step, more sequences than max_num_seqs), each at least PREPARE_SEQ_LEN tokens."""
+    nonces = max(2, min(max_num_seqs, max_num_batched_tokens // PREPARE_SEQ_LEN))
+    return nonces, max(PREPARE_SEQ_LEN, max_num_batched_tokens // nonces)

@@ -27,6 +27,8 @@ class ModelFacts:
     hidden_size: int = 0
     # The engine's per-step token budget (a PoC batch's B x S must fit it: the size vLLM profiled).
     max_num_batched_tokens: int = 0
+    # The most sequences one engine step runs (vLLM sizes attention buffers by it): a PoC batch's B must fit it.
+    max_num_seqs: int = 0
 
     @property
     def max_token_id(self) -> int:
@@ -55,4 +57,5 @@ def read_model_facts(vllm_config: Any, tokenizer: Any) -> ModelFacts:
         has_chat_template=getattr(tokenizer, "chat_template", None) is not None,
         hidden_size=int(model_config.get_hidden_size()),
         max_num_batched_tokens=int(vllm_config.scheduler_config.max_num_batched_tokens),
+        max_num_seqs=int(vllm_config.scheduler_config.max_num_seqs),
     )

@@ -25,6 +25,9 @@ class PocLimits:
     # The engine's per-step token budget: a batch's B x S must fit it (the size vLLM profiled;
     # on GPU, workspace-backed kernels assert beyond it).
     max_num_batched_tokens: int
+    # The most sequences in one engine step: a batch's B must fit it (FlashAttention 3's scheduler metadata
+    # buffer on a GPU is sized by it; a larger batch failed there).
+    max_num_seqs: int
 
 
 @dataclass(frozen=True)
@@ -118,7 +121,7 @@ def artifact_params(block_hash: str, public_key: str, request: object, stronger_
 
 
 def batch_size_of(request: object, seq_len: int, limits: PocLimits) -> int:
-    batch_size = request.batch_size if request.HasField("batch_size") else DEFAULT_BATCH_SIZE
+    batch_size = request.batch_size if request.HasField("batch_size") else min(DEFAULT_BATCH_SIZE, limits.max_num_seqs)
     if batch_size < 1:
         raise invalid_field("batch_size", f"must be >= 1, got {batch_size}")
     if batch_size * seq_len > limits.max_num_batched_tokens:
@@ -126,6 +129,12 @@ def batch_size_of(request: object, seq_len: int, limits: PocLimits) -> int:
             "batch_size",
             f"batch_size x params.seq_len = {batch_size * seq_len} exceeds the engine's max_num_batched_tokens "
             f"({limits.max_num_batched_tokens}); lower one, or start the server with a larger --max-num-batched-tokens",
+        )
+    if batch_size > limits.max_num_seqs:
+        raise invalid_field(
+            "batch_size",
+            f"must be at most the engine's max_num_seqs ({limits.max_num_seqs}), got {batch_size}; lower it, or start "
+            "the server with a larger --max-num-seqs",
         )
     return batch_size
 

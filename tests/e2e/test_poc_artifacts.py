@@ -338,6 +338,8 @@ def bad_params(max_context: int) -> dict[str, tuple[dict[str, object], grpc.Stat
         "k_dim above hidden": (dict(k=129), INVALID, "INVALID_FIELD", "params.k_dim"),
         "batch_size 0": (dict(batch_size=0), INVALID, "INVALID_FIELD", "batch_size"),
         "batch x seq_len beyond max_num_batched_tokens": (dict(batch_size=over_budget), INVALID, "INVALID_FIELD", "batch_size"),
+        # 1,024 one-token nonces fit the step's token budget, not its sequences (vLLM's default max_num_seqs on a CPU: 256 at most).
+        "batch_size beyond max_num_seqs": (dict(batch_size=1024, seq_len=1), INVALID, "INVALID_FIELD", "batch_size"),
         "no block hash": (dict(block_hash=""), INVALID, "INVALID_FIELD", "block_hash"),
         "no public key": (dict(public_key=""), INVALID, "INVALID_FIELD", "public_key"),
     }

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 
 import engine_ext.engine as engine_module
-from engine_ext.engine import PREPARE_SEQ_LEN, MlnodeEngine, PocForwardUnprepared
+from engine_ext.engine import PREPARE_SEQ_LEN, MlnodeEngine, PocForwardUnprepared, full_size_shape
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, BATCH_NON_FINITE, PocBatch, PocBatchResult
 
 MAX_TOKENS = 32768
+MAX_SEQS = 256
 
 
 def _engine(statuses: list[str], calls: list[PocBatch]) -> MlnodeEngine:
@@ -27,7 +28,7 @@ def _engine(statuses: list[str], calls: list[PocBatch]) -> MlnodeEngine:
     engine = MlnodeEngine.__new__(MlnodeEngine)
     engine.poc_compiled = True
     engine._llm = SimpleNamespace(  # type: ignore[attr-defined]
-        vllm_config=SimpleNamespace(scheduler_config=SimpleNamespace(max_num_batched_tokens=MAX_TOKENS)),
+        vllm_config=SimpleNamespace(scheduler_config=SimpleNamespace(max_num_batched_tokens=MAX_TOKENS, max_num_seqs=MAX_SEQS)),
         engine_core=SimpleNamespace(call_utility_async=call_utility_async),
     )
     return engine
@@ -42,13 +43,15 @@ def test_a_gpu_compiles_on_a_full_size_batch(on_gpu: None) -> None:
     calls: list[PocBatch] = []
     asyncio.run(_engine([BATCH_OK], calls).compile_poc_forward())
     (batch,) = calls
-    assert len(batch.nonces) * batch.seq_len == MAX_TOKENS and batch.seq_len == PREPARE_SEQ_LEN
+    # As many tokens as a step takes, in no more sequences than a step runs (on an H200, FlashAttention 3's
+    # metadata build failed on 16-token nonces filling the step: more sequences than its max_num_seqs of 256).
+    assert (len(batch.nonces), batch.seq_len) == (MAX_SEQS, MAX_TOKENS // MAX_SEQS)
 
 
 def test_too_few_free_blocks_fall_back_to_a_small_batch(on_gpu: None, caplog: pytest.LogCaptureFixture) -> None:
     calls: list[PocBatch] = []
     asyncio.run(_engine([BATCH_INSUFFICIENT_BLOCKS, BATCH_OK], calls).compile_poc_forward())
-    assert [len(batch.nonces) for batch in calls] == [MAX_TOKENS // PREPARE_SEQ_LEN, 2]
+    assert [len(batch.nonces) for batch in calls] == [MAX_SEQS, 2]
     assert "10 KV blocks free, 2048 needed" in caplog.text
 
 
@@ -61,3 +64,18 @@ def test_a_cpu_compiles_on_a_small_batch() -> None:
 def test_a_failed_first_batch_stops_the_start(on_gpu: None) -> None:
     with pytest.raises(PocForwardUnprepared, match=BATCH_NON_FINITE):
         asyncio.run(_engine([BATCH_NON_FINITE], []).compile_poc_forward())
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "max_seqs", "shape"),
+    [
+        (32768, 256, (256, 128)),  # the sequences bound the batch, the tokens stay full-size
+        (8192, 1024, (512, PREPARE_SEQ_LEN)),  # the tokens bound it, at the shortest nonce
+        (2048, 128, (128, PREPARE_SEQ_LEN)),
+        (40, 256, (2, 20)),  # a tiny budget still makes two nonces
+    ],
+)
+def test_a_full_size_batch_fits_both_bounds_of_a_step(max_tokens: int, max_seqs: int, shape: tuple[int, int]) -> None:
+    nonces, seq_len = full_size_shape(max_tokens, max_seqs)
+    assert (nonces, seq_len) == shape
+    assert nonces <= max_seqs and nonces * seq_len <= max_tokens and seq_len >= PREPARE_SEQ_LEN

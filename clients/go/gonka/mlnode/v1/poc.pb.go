@@ -240,9 +240,9 @@ type StartRoundRequest struct {
 	GroupCount int32 `protobuf:"varint,7,opt,name=group_count,json=groupCount,proto3" json:"group_count,omitempty"`
 	// The model, tokens per nonce and k; required (INVALID_FIELD, field params, when unset).
 	Params *PocParams `protobuf:"bytes,8,opt,name=params,proto3" json:"params,omitempty"`
-	// Nonces per forward, >= 1. Unset: 32. batch_size x params.seq_len must fit the engine's
-	// max_num_batched_tokens (the server's default is 32768: the network's 32 x 1024; INVALID_FIELD,
-	// field batch_size, otherwise).
+	// Nonces per forward, >= 1. Unset: 32 (max_num_seqs if smaller). batch_size x params.seq_len must fit the engine's
+	// max_num_batched_tokens (the server's default is 32768: the network's 32 x 1024) and batch_size
+	// its max_num_seqs (INVALID_FIELD, field batch_size, otherwise).
 	BatchSize *int32 `protobuf:"varint,9,opt,name=batch_size,json=batchSize,proto3,oneof" json:"batch_size,omitempty"`
 	// The stronger input RNG (spec section 3), off until the chain votes it on. Default false.
 	StrongerRng bool `protobuf:"varint,10,opt,name=stronger_rng,json=strongerRng,proto3" json:"stronger_rng,omitempty"`
@@ -1323,8 +1323,8 @@ type ComputeArtifactsRequest struct {
 	// one, at most 100000 per call.
 	Nonces []int64 `protobuf:"varint,5,rep,packed,name=nonces,proto3" json:"nonces,omitempty"`
 	// Nonces per forward, >= 1, with batch_size x params.seq_len within the engine's
-	// max_num_batched_tokens (INVALID_FIELD otherwise). Unset: 32 (smaller when too few KV blocks are
-	// free).
+	// max_num_batched_tokens and batch_size within its max_num_seqs (INVALID_FIELD otherwise). Unset: 32
+	// (max_num_seqs if smaller; smaller still when too few KV blocks are free).
 	BatchSize *int32 `protobuf:"varint,6,opt,name=batch_size,json=batchSize,proto3,oneof" json:"batch_size,omitempty"`
 }
 

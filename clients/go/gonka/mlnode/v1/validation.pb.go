@@ -841,7 +841,8 @@ type ValidatePocArtifactsRequest struct {
 	// Required.
 	StatTest *PocStatTest `protobuf:"bytes,8,opt,name=stat_test,json=statTest,proto3" json:"stat_test,omitempty"`
 	// Nonces per forward, >= 1, with batch_size x params.seq_len within the engine's
-	// max_num_batched_tokens. Unset: 32 (smaller when too few KV blocks are free).
+	// max_num_batched_tokens and batch_size within its max_num_seqs. Unset: 32 (max_num_seqs if smaller;
+	// smaller still when too few KV blocks are free).
 	BatchSize *int32 `protobuf:"varint,9,opt,name=batch_size,json=batchSize,proto3,oneof" json:"batch_size,omitempty"`
 	// Optional, an http:// or https:// URL (trailing slashes are dropped). Set: once the summary is
 	// computed, it is also POSTed in the background to {callback_url}/validated with the deployed
