@@ -47,7 +47,7 @@ QUIET := 2>&1 | { grep -v "is neither a file nor a directory" || true; }
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup run test test-all cross-version-test proto proto-check proto-lint proto-breaking contract buf model bench clean lock
+.PHONY: help setup run test test-all pytest cross-version-test proto proto-check proto-lint proto-breaking contract buf model bench clean lock
 
 help:
 	@echo "make run      serve the embedded model on 127.0.0.1:50051 (extra server flags: ARGS='...')"
@@ -114,11 +114,27 @@ run: setup
 test: setup proto-check buf go-check
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# Every supported vLLM release, the whole suite on each, then their agreement: what CI runs.
+# Every supported vLLM release, the whole suite on each, then their agreement: what CI runs. The setups and checks
+# run one at a time (they share .build), then the two suites at once: most of a suite is server starts, a few
+# processes each importing torch and vLLM one core at a time, so two side by side keep a 2-core machine busy. Each
+# suite prints its output when it ends, with its own pytest folder and vLLM cache (vLLM's model-info cache has one
+# file name for both releases: alternating releases would re-inspect the model class at every start).
 test-all:
-	$(MAKE) --no-print-directory test VLLM=0.15.1
-	$(MAKE) --no-print-directory test VLLM=0.20.1
+	$(MAKE) --no-print-directory setup VLLM=0.15.1
+	$(MAKE) --no-print-directory setup VLLM=0.20.1
+	$(MAKE) --no-print-directory proto-check buf go-check
+	$(MAKE) --no-print-directory -j2 --output-sync=recurse $(addprefix suite-,$(SUPPORTED_VLLM))
 	$(MAKE) --no-print-directory cross-version-test
+
+# One release's suite, its setup done (test-all).
+suite-%:
+	@echo "== the suite on vLLM $*"
+	VLLM_CACHE_ROOT=$(HOME)/.cache/vllm-$* $(MAKE) --no-print-directory pytest VLLM=$* \
+	    PYTEST_BASETEMP=--basetemp=$${TMPDIR:-/tmp}/gonka-mlnode-pytest-$*
+
+PYTEST_BASETEMP ?=
+pytest:
+	$(PY) -m pytest $(PYTEST_BASETEMP) $(PYTEST_ARGS)
 
 # Nodes on different releases agree (tests/cross_version): one server per release, side by side.
 cross-version-test:

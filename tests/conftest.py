@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +11,14 @@ import pytest
 from gonka.mlnode.client import InferenceClient
 from server.embedded_model import DEFAULT_MODEL_DIR
 from tests.support.go_example import build_go_example
-from tests.support.server_process import SHARED_SERVER_FLAGS, ServerProcess, start_server
+from tests.support.server_process import SHARED_SERVER_FLAGS, ServerProcess, start_server, state_home_of_test_servers
+
+
+@pytest.fixture(scope="session", autouse=True)
+def servers_state_home() -> Iterator[None]:
+    """The test servers' state folder lives as long as the run."""
+    yield
+    shutil.rmtree(state_home_of_test_servers(), ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -62,9 +62,21 @@ def engine_environment(kv_cache_gib: int = 1) -> dict[str, str]:
     # A token in the developer's shell would lock the suite's servers; tests that want one set it.
     env.pop("MLNODE_AUTH_TOKEN", None)
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    # Test servers keep their callback spool (server.poc) out of the developer's own state folder.
-    env["XDG_STATE_HOME"] = str(Path(tempfile.gettempdir()) / "gonka-mlnode-test-state")
+    # Test servers keep their callback spool (server.poc) out of the developer's own state folder, and out of
+    # another test run's (make test-all runs two releases' suites at once).
+    env["XDG_STATE_HOME"] = str(state_home_of_test_servers())
+    # Every engine process that runs inductor on a CPU (vLLM 0.20's sampler warm-up, compiled graphs) first probes
+    # which vector instruction sets the compiler can build, each probe a fresh Python importing torch: 18 s of a
+    # 0.20.1 server's start on this 2-core machine. Set, inductor takes the base sets the CPU reports (what the
+    # probe finds where the compiler supports them) and probes only the extensions: 10 s.
+    env.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "1")
     return env
+
+
+def state_home_of_test_servers() -> Path:
+    """The state folder of this process's test servers (XDG_STATE_HOME): shared by the servers one test run starts
+    one after another (a spool written by one is delivered by the next), apart from any other run's."""
+    return Path(tempfile.gettempdir()) / f"gonka-mlnode-test-state-{os.getpid()}"
 
 
 @dataclass
