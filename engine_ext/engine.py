@@ -196,8 +196,11 @@ class MlnodeEngine:
             raise PocForwardUnprepared(f"the compiled PoC forward's first batch came back {result.status}: {result.detail}")
 
     async def _prepare_call(self, small: bool) -> PocBatchResult:
-        scheduler = self._llm.vllm_config.scheduler_config
-        nonces, seq_len = (2, PREPARE_SEQ_LEN) if small else full_size_shape(scheduler.max_num_batched_tokens, scheduler.max_num_seqs)
+        config = self._llm.vllm_config
+        scheduler = config.scheduler_config
+        nonces, seq_len = (2, PREPARE_SEQ_LEN) if small else full_size_shape(
+            scheduler.max_num_batched_tokens, scheduler.max_num_seqs, config.model_config.max_model_len
+        )
         batch = PocBatch(PREPARE_BLOCK_HASH, PREPARE_PUBLIC_KEY, tuple(range(nonces)), seq_len, PREPARE_K_DIM, False)
         try:
             return PocBatchResult.from_wire(await self._poc_call(batch))
@@ -267,9 +270,11 @@ class MlnodeEngine:
             raise EngineDead("the engine has died") from error
 
 
-def full_size_shape(max_num_batched_tokens: int, max_num_seqs: int) -> tuple[int, int]:
+def full_size_shape(max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int) -> tuple[int, int]:
     """(nonces, seq_len) of a batch as large as the engine's step: no more sequences than one step takes (vLLM
     sizes attention buffers by it: on an H200, FlashAttention 3's metadata build failed on 16-token nonces filling
-    the step, more sequences than max_num_seqs), each at least PREPARE_SEQ_LEN tokens."""
+    the step, more sequences than max_num_seqs), each at least PREPARE_SEQ_LEN tokens and at most the context
+    (a nonce's KV blocks fill one row of the block table). With few sequences and a short context, the batch is
+    as large as those allow."""
     nonces = max(2, min(max_num_seqs, max_num_batched_tokens // PREPARE_SEQ_LEN))
-    return nonces, max(PREPARE_SEQ_LEN, max_num_batched_tokens // nonces)
+    return nonces, min(max_model_len, max(PREPARE_SEQ_LEN, max_num_batched_tokens // nonces))

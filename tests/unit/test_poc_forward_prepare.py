@@ -17,6 +17,7 @@ from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, BATCH_NON_
 
 MAX_TOKENS = 32768
 MAX_SEQS = 256
+MAX_MODEL_LEN = 4096
 
 
 def _engine(statuses: list[str], calls: list[PocBatch]) -> MlnodeEngine:
@@ -28,7 +29,8 @@ def _engine(statuses: list[str], calls: list[PocBatch]) -> MlnodeEngine:
     engine = MlnodeEngine.__new__(MlnodeEngine)
     engine.poc_compiled = True
     engine._llm = SimpleNamespace(  # type: ignore[attr-defined]
-        vllm_config=SimpleNamespace(scheduler_config=SimpleNamespace(max_num_batched_tokens=MAX_TOKENS, max_num_seqs=MAX_SEQS)),
+        vllm_config=SimpleNamespace(scheduler_config=SimpleNamespace(max_num_batched_tokens=MAX_TOKENS, max_num_seqs=MAX_SEQS),
+            model_config=SimpleNamespace(max_model_len=MAX_MODEL_LEN)),
         engine_core=SimpleNamespace(call_utility_async=call_utility_async),
     )
     return engine
@@ -67,15 +69,16 @@ def test_a_failed_first_batch_stops_the_start(on_gpu: None) -> None:
 
 
 @pytest.mark.parametrize(
-    ("max_tokens", "max_seqs", "shape"),
+    ("max_tokens", "max_seqs", "max_len", "shape"),
     [
-        (32768, 256, (256, 128)),  # the sequences bound the batch, the tokens stay full-size
-        (8192, 1024, (512, PREPARE_SEQ_LEN)),  # the tokens bound it, at the shortest nonce
-        (2048, 128, (128, PREPARE_SEQ_LEN)),
-        (40, 256, (2, 20)),  # a tiny budget still makes two nonces
+        (32768, 256, 4096, (256, 128)),  # the sequences bound the batch, the tokens stay full-size
+        (8192, 1024, 4096, (512, PREPARE_SEQ_LEN)),  # the tokens bound it, at the shortest nonce
+        (2048, 128, 8192, (128, PREPARE_SEQ_LEN)),
+        (40, 256, 4096, (2, 20)),  # a tiny budget still makes two nonces
+        (32768, 4, 4096, (4, 4096)),  # few sequences, a short context: as large as both allow
     ],
 )
-def test_a_full_size_batch_fits_both_bounds_of_a_step(max_tokens: int, max_seqs: int, shape: tuple[int, int]) -> None:
-    nonces, seq_len = full_size_shape(max_tokens, max_seqs)
+def test_a_full_size_batch_fits_the_bounds_of_a_step(max_tokens: int, max_seqs: int, max_len: int, shape: tuple[int, int]) -> None:
+    nonces, seq_len = full_size_shape(max_tokens, max_seqs, max_len)
     assert (nonces, seq_len) == shape
-    assert nonces <= max_seqs and nonces * seq_len <= max_tokens and seq_len >= PREPARE_SEQ_LEN
+    assert nonces <= max_seqs and nonces * seq_len <= max_tokens and PREPARE_SEQ_LEN <= seq_len <= max_len
