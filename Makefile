@@ -222,7 +222,7 @@ go-check: go-proto-check
 #   make gpu-wheels [GPU_FLASHINFER=1]  download every wheel of requirements/gpu-offline-0.20.1.txt (and of
 #                                       gpu-offline-flashinfer-0.20.1.txt), for CPython 3.12 on manylinux x86-64, and
 #                                       build this project's wheel, into $(GPU_WHEELS) (about 330 MB)
-#   make gpu-wheels-split               the same, with every wheel over 60 MiB cut into 60 MiB parts, for transfers of
+#   make gpu-wheels-split               the same, with every wheel over 54 MiB cut into 54 MiB parts, for transfers of
 #                                       bounded size; scripts/install-offline-wheels.sh joins them again
 # Copy the checkout and $(GPU_WHEELS) to the host, then there (its python3 has torch; no virtualenv):
 #   scripts/install-offline-wheels.sh $(GPU_WHEELS) $(GPU_SITE)
@@ -239,7 +239,8 @@ GPU_DOWNLOAD := PIP_DISABLE_PIP_VERSION_CHECK=1 $(PYTHON) -m pip download -q --n
     --python-version 3.12 --implementation cp $(addprefix --platform ,$(GPU_PLATFORMS))
 # What this checkout's wheel is built from (tracked and new files; deleted ones are skipped).
 PROJECT_SOURCES := pyproject.toml README.md LICENSE server engine_ext clients/python
-GPU_PART_MIB := 60
+# A part and a checkout (about 4 MB) fit one 64-MiB transfer together (the lent GPU machine's bound).
+GPU_PART_MIB ?= 54
 
 .PHONY: gpu-wheels gpu-wheels-split gpu-check
 
