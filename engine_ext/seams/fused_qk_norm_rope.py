@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-# What vLLM's kernel is built for (the head sizes its launcher dispatches on).
+# The head sizes Qwen3 models use (128 ran on the H200); the embedded model's 32 keeps the traced path.
 KERNEL_HEAD_SIZES = (64, 128, 256)
 KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 ATTENTION_PARTS = ("qkv_proj", "q_norm", "k_norm", "rotary_emb", "attn", "o_proj", "q_size", "kv_size", "head_dim", "num_heads", "num_kv_heads")
@@ -42,7 +42,8 @@ class FusedQkNormRopeAttention:
         self.attention = attention
         self.kernel = kernel
         rotary = attention.rotary_emb
-        # The kernel reads the cache in the activations' dtype, as vLLM's rotary kernel does: converted once here.
+        # The kernel reads the cache in the activations' dtype, as vLLM's rotary kernel does. vLLM keeps it in that
+        # dtype (fp32 only for FlashInfer's rotary kernel), so this is the layer's own tensor, not a copy, as a rule.
         self.cos_sin_cache = rotary.cos_sin_cache.to(dtype=dtype)
         self.is_neox = bool(rotary.is_neox_style)
         self.eps = float(attention.q_norm.variance_epsilon)
