@@ -7,9 +7,17 @@ default and a grid of alternatives on random bf16 inputs with uniform random rou
 by default), each as the mean of --iterations calls after an untimed one, in a grid order that starts next to the
 default; --seconds caps the search. Each time covers the whole call (routing alignment, both expert GEMMs, the
 activation and the top-k sum); TFLOP/s counts the two expert GEMMs only. Prints every config, writes them to --json
-as it goes, and ends with the fastest. Asserts nothing. Usage, on a GPU host with vLLM installed (docs/gpu.md):
+as it goes, and ends with the fastest. Asserts nothing.
+
+With --fused-swiglu it times, beside vLLM's call at its own config, the routed experts of the compiled PoC forward
+(engine_ext.seams.fused_moe_swiglu: the activation inside the gate/up kernel, vLLM's down projection and sum) under
+a grid of tiles for the fused kernel, with the default tile first, and prints how far each one's output lies from
+vLLM's (largest absolute difference, and the relative L2 of the whole output); before that, the top-k sum alone:
+vLLM's (ops.moe_sum) and the forward's Triton one on the same routed outputs. Usage, on a GPU host with vLLM
+installed (docs/gpu.md):
 
     python3 benchmarks/moe_config_search.py --json moe-configs.json
+    python3 benchmarks/moe_config_search.py --fused-swiglu --json moe-swiglu.json
 """
 
 from __future__ import annotations
@@ -20,12 +28,15 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from engine_ext.poc.expert_kernels import GateUpTile, topk_sum
+from engine_ext.seams.fused_moe_swiglu import DEFAULT_TILE, routed_experts_swiglu
 
 # The grid: the default's own values first in each axis, so the search starts next to it.
 BLOCK_M = (128, 64, 256)
@@ -34,6 +45,12 @@ BLOCK_K = (64, 128)
 GROUP_M = (16, 32, 1)
 WARPS = (8, 4)
 STAGES = (4, 3, 5)
+# The fused gate/up kernel's grid (its block height is vLLM's, which aligns the routed tokens).
+SWIGLU_BLOCK_N = (128, 64)
+SWIGLU_BLOCK_K = (64, 128, 32)
+SWIGLU_WARPS = (8, 4)
+SWIGLU_STAGES = (4, 3, 2, 5)
+SWIGLU_GROUP_M = (16, 1, 32, 64)
 
 
 @dataclass(frozen=True)
@@ -62,10 +79,24 @@ class ExpertCall:
         self.topk_ids = ids.to(torch.int32)
         self.topk_weights = (weights / weights.sum(-1, keepdim=True)).float()
 
+        self.output = torch.empty_like(self.hidden_states)
+
     def __call__(self) -> None:
         from vllm.model_executor.layers.fused_moe.fused_moe import fused_experts
 
-        fused_experts(self.hidden_states, self.w1, self.w2, self.topk_weights, self.topk_ids)
+        self.output = fused_experts(self.hidden_states, self.w1, self.w2, self.topk_weights, self.topk_ids)
+
+
+class SwigluExpertCall(ExpertCall):
+    """The compiled PoC forward's routed experts on the same inputs, with the fused kernel's tile settable."""
+
+    def __init__(self, shape: ExpertShape) -> None:
+        super().__init__(shape)
+        self.tile = DEFAULT_TILE
+
+    def __call__(self) -> None:
+        routed_experts_swiglu(self.output, self.hidden_states, self.w1, self.w2, self.topk_weights, self.topk_ids,
+                              self.w1.shape[0], None, self.tile)
 
 
 def default_config(shape: ExpertShape) -> dict[str, int]:
@@ -76,7 +107,7 @@ def default_config(shape: ExpertShape) -> dict[str, int]:
     return try_get_optimal_moe_config(w1_shape, w2_shape, shape.top_k, None, shape.tokens)
 
 
-def milliseconds_per_call(call: ExpertCall, config: dict[str, int] | None, iterations: int) -> float:
+def milliseconds_per_call(call: Callable[[], None], config: dict[str, int] | None, iterations: int) -> float:
     from vllm.model_executor.layers.fused_moe import override_config
 
     with override_config(config) if config else contextlib.nullcontext():
@@ -89,6 +120,37 @@ def milliseconds_per_call(call: ExpertCall, config: dict[str, int] | None, itera
         end.record()
         torch.cuda.synchronize()
     return start.elapsed_time(end) / iterations
+
+
+def swiglu_candidates() -> Iterator[GateUpTile]:
+    # The group size varies slowest: the tile shapes are tried at the default's first.
+    for group_m, block_n, block_k, warps, stages in itertools.product(SWIGLU_GROUP_M, SWIGLU_BLOCK_N, SWIGLU_BLOCK_K, SWIGLU_WARPS, SWIGLU_STAGES):
+        tile = GateUpTile(block_n, block_k, group_m, warps, stages)
+        if tile != DEFAULT_TILE:
+            yield tile
+
+
+def swiglu_milliseconds(call: SwigluExpertCall, tile: GateUpTile, iterations: int) -> float:
+    call.tile = tile
+    return milliseconds_per_call(call, None, iterations)
+
+
+def sum_milliseconds(shape: ExpertShape, iterations: int) -> dict[str, float]:
+    """vLLM's top-k sum and the Triton one over the same [tokens, top_k, hidden] routed outputs."""
+    from vllm import _custom_ops as ops
+
+    routed = torch.randn(shape.tokens, shape.top_k, shape.hidden, dtype=torch.bfloat16, device="cuda")
+    vllm_out, triton_out = (torch.empty(shape.tokens, shape.hidden, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    figures = {
+        "vllm_ms": milliseconds_per_call(lambda: ops.moe_sum(routed, vllm_out), None, iterations),
+        "triton_ms": milliseconds_per_call(lambda: topk_sum(routed, triton_out), None, iterations),
+    }
+    return {**figures, **distance(triton_out, routed.float().sum(1))}
+
+
+def distance(output: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
+    difference = (output.float() - reference.float())
+    return {"max_abs": difference.abs().max().item(), "relative_l2": (difference.norm() / reference.float().norm()).item()}
 
 
 def candidates(default: dict[str, int]) -> Iterator[dict[str, int]]:
@@ -109,6 +171,7 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=140.0, help="stop trying candidates after this long")
     parser.add_argument("--json", type=Path, help="also write the figures here, rewritten after each config")
+    parser.add_argument("--fused-swiglu", action="store_true", help="time the PoC forward's experts (activation fused) under tiles")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("moe_config_search: needs a CUDA GPU (vLLM's fused-MoE kernel is a Triton GPU kernel)", file=sys.stderr)
@@ -118,6 +181,8 @@ def main() -> int:
     call = ExpertCall(shape)
     default = default_config(shape)
     print(f"vLLM's config for {shape}: {default}", flush=True)
+    if args.fused_swiglu:
+        return search_swiglu_tiles(shape, call, default, args, started)
     timed: list[dict[str, Any]] = []
     for name, config in itertools.chain([("default", None)], (("candidate", c) for c in candidates(default))):
         if name != "default" and time.monotonic() - started > args.seconds:
@@ -138,6 +203,41 @@ def main() -> int:
         return 1
     fastest = min(timed, key=lambda entry: entry["ms"])
     print(f"fastest of {len(timed)}: {fastest['name']} {fastest['config']} {fastest['ms']:.3f} ms", flush=True)
+    return 0
+
+
+def search_swiglu_tiles(shape: ExpertShape, vllm_call: ExpertCall, default: dict[str, int], args: argparse.Namespace,
+                        started: float) -> int:
+    vllm_ms = milliseconds_per_call(vllm_call, None, args.iterations)
+    reference = vllm_call.output.clone()
+    print(f"vLLM's experts at its config: {vllm_ms:.3f} ms, {shape.gemm_flops() / vllm_ms / 1e9:.0f} TFLOP/s", flush=True)
+    sums = sum_milliseconds(shape, args.iterations)
+    print(f"top-k sum: vLLM's {sums['vllm_ms']:.3f} ms, Triton {sums['triton_ms']:.3f} ms "
+          f"(max |diff| {sums['max_abs']:.3g})", flush=True)
+    call = SwigluExpertCall(shape)
+    timed: list[dict[str, Any]] = []
+    for name, tile in itertools.chain([("default", DEFAULT_TILE)], (("candidate", t) for t in swiglu_candidates())):
+        if name != "default" and time.monotonic() - started > args.seconds:
+            print(f"--seconds {args.seconds:g} reached", flush=True)
+            break
+        try:
+            ms = swiglu_milliseconds(call, tile, args.iterations)
+        except Exception as error:  # noqa: BLE001 - a tile too large for shared memory fails to compile; the rest go on
+            print(f"{name} {tile}: failed: {str(error)[:120]}", flush=True)
+            continue
+        entry = {"name": name, "tile": asdict(tile), "ms": ms, "ratio_to_vllm": vllm_ms / ms, **distance(call.output, reference)}
+        timed.append(entry)
+        print(f"{name} {tile}: {ms:.3f} ms ({entry['ratio_to_vllm']:.3f}x vLLM's), max |diff| {entry['max_abs']:.3g}, "
+              f"relative L2 {entry['relative_l2']:.3g}", flush=True)
+        if args.json:
+            args.json.write_text(json.dumps({"shape": asdict(shape), "vllm_config": default, "vllm_ms": vllm_ms,
+                                             "topk_sum": sums, "results": timed}, indent=1))
+    if not timed:
+        print("no tile ran", file=sys.stderr)
+        return 1
+    fastest = min(timed, key=lambda entry: entry["ms"])
+    print(f"fastest of {len(timed)}: {fastest['name']} {fastest['tile']} {fastest['ms']:.3f} ms "
+          f"({fastest['ratio_to_vllm']:.3f}x vLLM's {vllm_ms:.3f} ms)", flush=True)
     return 0
 
 

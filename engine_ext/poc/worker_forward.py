@@ -11,7 +11,9 @@ stack, chosen per call:
   reflections are fused, as vLLM's compiled prefill fuses them. On vLLM's FlashAttention backend,
   attention runs straight over the batch's own keys and values, with nothing written to the KV
   cache (engine_ext.seams.direct_attention); on a CUDA build, each layer's q/k norms and rotary
-  embedding run as vLLM's one fused kernel (engine_ext.seams.fused_qk_norm_rope);
+  embedding run as vLLM's one fused kernel (engine_ext.seams.fused_qk_norm_rope), and the routed
+  experts of MoE layers compute their activation inside the gate/up projection
+  (engine_ext.seams.fused_moe_swiglu);
 - eager: vLLM's own kernels (seams.platform_kernels), one op at a time.
 While a batch's forward runs, a helper thread generates the inputs of the batch announced next.
 """
@@ -31,6 +33,7 @@ from engine_ext.poc.forward_metadata import build_forward_metadata
 from engine_ext.poc.layer_stack import decoder_layers, reflected_stack
 from engine_ext.seams import platform_kernels, seams_for_installed_vllm
 from engine_ext.seams.direct_attention import DirectCausalAttention, direct_causal_attention, flash_attention_layers
+from engine_ext.seams.fused_moe_swiglu import fused_moe_swiglu, swiglu_expert_stand_ins
 from engine_ext.seams.fused_qk_norm_rope import fused_qk_norm_rope, qk_norm_rope_stand_ins, vllm_kernel
 
 
@@ -67,6 +70,7 @@ class PocWorkerForward:
         # Made once: the compiled graph runs with the same stand-in objects every call.
         self._direct_attention = [(layer, DirectCausalAttention(layer.impl)) for layer in flash_attention_layers(runner.get_model())]
         self._qk_norm_rope = qk_norm_rope_stand_ins(runner.get_model(), self._dtype, vllm_kernel())
+        self._moe_swiglu = swiglu_expert_stand_ins(runner.get_model())
 
     def run(self, batch: PocBatch, block_ids: list[list[int]], compiled: bool) -> PocBatchResult:
         started = time.perf_counter()
@@ -124,6 +128,7 @@ class PocWorkerForward:
         direct = compiled and bool(self._direct_attention)
         attention = direct_causal_attention(self._direct_attention) if direct else contextlib.nullcontext()
         qk_norm_rope = fused_qk_norm_rope(self._qk_norm_rope) if compiled else contextlib.nullcontext()
+        moe_swiglu = fused_moe_swiglu(self._moe_swiglu) if compiled else contextlib.nullcontext()
         with set_forward_context(
             metadata.attention,
             runner.vllm_config,
@@ -131,7 +136,7 @@ class PocWorkerForward:
             # Without a slot mapping nothing is written to the KV cache (direct attention never reads it).
             slot_mapping={} if direct else metadata.slot_mapping,
             skip_compiled=True,
-        ), attention, qk_norm_rope:
+        ), attention, qk_norm_rope, moe_swiglu:
             if compiled:
                 hidden = self._compiled(metadata.positions, tokens, vectors)
             else:
