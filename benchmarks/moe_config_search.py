@@ -13,11 +13,14 @@ With --fused-swiglu it times, beside vLLM's call at its own config, the routed e
 (engine_ext.seams.fused_moe_swiglu: the activation inside the gate/up kernel, vLLM's down projection and sum) under
 a grid of tiles for the fused kernel, with the default tile first, and prints how far each one's output lies from
 vLLM's (largest absolute difference, and the relative L2 of the whole output); before that, the top-k sum alone:
-vLLM's (ops.moe_sum) and the forward's Triton one on the same routed outputs. Usage, on a GPU host with vLLM
+vLLM's (ops.moe_sum) and the forward's Triton one on the same routed outputs. With --down-projection it times the
+same routed experts under a grid of tiles for the down projection alone (its block height stays vLLM's), vLLM's own
+config first. Usage, on a GPU host with vLLM
 installed (docs/gpu.md):
 
     python3 benchmarks/moe_config_search.py --json moe-configs.json
     python3 benchmarks/moe_config_search.py --fused-swiglu --json moe-swiglu.json
+    python3 benchmarks/moe_config_search.py --down-projection --json moe-down.json
 """
 
 from __future__ import annotations
@@ -93,10 +96,11 @@ class SwigluExpertCall(ExpertCall):
     def __init__(self, shape: ExpertShape) -> None:
         super().__init__(shape)
         self.tile = DEFAULT_TILE
+        self.down_tile: dict[str, int] = {}  # vLLM's config
 
     def __call__(self) -> None:
         routed_experts_swiglu(self.output, self.hidden_states, self.w1, self.w2, self.topk_weights, self.topk_ids,
-                              self.w1.shape[0], None, self.tile)
+                              self.w1.shape[0], None, self.tile, down_tile=self.down_tile)
 
 
 def default_config(shape: ExpertShape) -> dict[str, int]:
@@ -130,8 +134,19 @@ def swiglu_candidates() -> Iterator[GateUpTile]:
             yield tile
 
 
-def swiglu_milliseconds(call: SwigluExpertCall, tile: GateUpTile, iterations: int) -> float:
-    call.tile = tile
+def down_candidates(default: dict[str, int]) -> Iterator[dict[str, int]]:
+    # BLOCK_M is left out: the alignment fixes it. The group size varies slowest.
+    for group_m, block_n, block_k, warps, stages in itertools.product(GROUP_M, BLOCK_N + (64,), BLOCK_K + (32,), WARPS, STAGES + (2,)):
+        tile = {"BLOCK_SIZE_N": block_n, "BLOCK_SIZE_K": block_k, "GROUP_SIZE_M": group_m, "num_warps": warps, "num_stages": stages}
+        if {**default, **tile} != default:
+            yield tile
+
+
+def swiglu_milliseconds(call: SwigluExpertCall, tile: GateUpTile | dict[str, int], iterations: int) -> float:
+    if isinstance(tile, GateUpTile):
+        call.tile = tile
+    else:
+        call.down_tile = tile
     return milliseconds_per_call(call, None, iterations)
 
 
@@ -172,6 +187,7 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=140.0, help="stop trying candidates after this long")
     parser.add_argument("--json", type=Path, help="also write the figures here, rewritten after each config")
     parser.add_argument("--fused-swiglu", action="store_true", help="time the PoC forward's experts (activation fused) under tiles")
+    parser.add_argument("--down-projection", action="store_true", help="the same, under tiles for the down projection")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("moe_config_search: needs a CUDA GPU (vLLM's fused-MoE kernel is a Triton GPU kernel)", file=sys.stderr)
@@ -181,7 +197,7 @@ def main() -> int:
     call = ExpertCall(shape)
     default = default_config(shape)
     print(f"vLLM's config for {shape}: {default}", flush=True)
-    if args.fused_swiglu:
+    if args.fused_swiglu or args.down_projection:
         return search_swiglu_tiles(shape, call, default, args, started)
     timed: list[dict[str, Any]] = []
     for name, config in itertools.chain([("default", None)], (("candidate", c) for c in candidates(default))):
@@ -216,7 +232,12 @@ def search_swiglu_tiles(shape: ExpertShape, vllm_call: ExpertCall, default: dict
           f"(max |diff| {sums['max_abs']:.3g})", flush=True)
     call = SwigluExpertCall(shape)
     timed: list[dict[str, Any]] = []
-    for name, tile in itertools.chain([("default", DEFAULT_TILE)], (("candidate", t) for t in swiglu_candidates())):
+    grid: Iterator[tuple[str, GateUpTile | dict[str, int]]] = (
+        itertools.chain([("default", {})], (("candidate", t) for t in down_candidates(default)))
+        if args.down_projection else
+        itertools.chain([("default", DEFAULT_TILE)], (("candidate", t) for t in swiglu_candidates()))
+    )
+    for name, tile in grid:
         if name != "default" and time.monotonic() - started > args.seconds:
             print(f"--seconds {args.seconds:g} reached", flush=True)
             break
@@ -225,7 +246,7 @@ def search_swiglu_tiles(shape: ExpertShape, vllm_call: ExpertCall, default: dict
         except Exception as error:  # noqa: BLE001 - a tile too large for shared memory fails to compile; the rest go on
             print(f"{name} {tile}: failed: {str(error)[:120]}", flush=True)
             continue
-        entry = {"name": name, "tile": asdict(tile), "ms": ms, "ratio_to_vllm": vllm_ms / ms, **distance(call.output, reference)}
+        entry = {"name": name, "tile": asdict(tile) if isinstance(tile, GateUpTile) else tile, "ms": ms, "ratio_to_vllm": vllm_ms / ms, **distance(call.output, reference)}
         timed.append(entry)
         print(f"{name} {tile}: {ms:.3f} ms ({entry['ratio_to_vllm']:.3f}x vLLM's), max |diff| {entry['max_abs']:.3g}, "
               f"relative L2 {entry['relative_l2']:.3g}", flush=True)
