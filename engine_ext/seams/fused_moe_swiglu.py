@@ -1,14 +1,16 @@
 """The routed experts of each MoE layer with their activation fused into the gate/up projection, for the compiled
 PoC forward (vLLM 0.20.1's layout; on 0.15.1 nothing qualifies and vLLM's own path runs).
 
-On an H200 (Qwen3-30B-A3B shape, 1024 x 32) the experts of a PoC batch spend 222 ms in vLLM's Triton GEMMs, 13 ms
+On an H200 (Qwen3-30B-A3B shape, 1024 x 32) the experts of a PoC batch spent 222 ms in vLLM's Triton GEMMs, 13 ms
 in the activation kernel between them and 20 ms in the top-k sum. vLLM's Triton experts (`TritonExperts.apply`)
 write the gate and up projections, read them back for silu(gate) * up, then run the down projection and the sum.
 For the duration of one forward, each qualifying layer's experts object gets an `apply` that runs the same steps
 with the first two merged into one kernel, and the sum as a Triton kernel that accumulates in fp32
-(engine_ext.poc.expert_kernels): vLLM's own expert alignment and its down projection kernel with its tuned config
-stay. The MoE layers run as vLLM's opaque custom op, so
-the swap takes effect at run time, without a recompile; outside the block the experts are vLLM's again.
+(engine_ext.poc.expert_kernels); vLLM's own expert alignment and its down projection kernel with its tuned config
+stay. Measured there: one experts call 5.05 ms against vLLM's 5.21 (the sum 0.28 ms against 0.40), output within
+relative L2 0.005 of vLLM's; the PoC artifacts at the same largest L2 from the eager forward's (0.0194). The MoE
+layers run as vLLM's opaque custom op, so the swap takes effect at run time, without a recompile; outside the
+block the experts are vLLM's again.
 
 Only the form the fused kernel implements is stood in for: vLLM's Triton experts (not a subclass), unquantized,
 without biases or LoRA, and per call a SiLU-gated layer in bf16 or fp16 without an expert map or router weights on
