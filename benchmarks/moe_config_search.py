@@ -15,8 +15,7 @@ a grid of tiles for the fused kernel, with the default tile first, and prints ho
 vLLM's (largest absolute difference, and the relative L2 of the whole output); before that, the top-k sum alone:
 vLLM's (ops.moe_sum) and the forward's Triton one on the same routed outputs. With --down-projection it times the
 same routed experts under a grid of tiles for the down projection alone (its block height stays vLLM's), vLLM's own
-config first. Usage, on a GPU host with vLLM
-installed (docs/gpu.md):
+config first. Usage, on a GPU host with vLLM installed (docs/gpu.md):
 
     python3 benchmarks/moe_config_search.py --json moe-configs.json
     python3 benchmarks/moe_config_search.py --fused-swiglu --json moe-swiglu.json
@@ -81,7 +80,6 @@ class ExpertCall:
         weights, ids = torch.softmax(torch.randn(shape.tokens, shape.experts, device="cuda"), -1).topk(shape.top_k)
         self.topk_ids = ids.to(torch.int32)
         self.topk_weights = (weights / weights.sum(-1, keepdim=True)).float()
-
         self.output = torch.empty_like(self.hidden_states)
 
     def __call__(self) -> None:

@@ -20,6 +20,7 @@ the input. Anything else calls vLLM's own apply.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -80,10 +81,7 @@ def routed_experts_swiglu(
 def _workspace(buffer: torch.Tensor | None, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
     if buffer is None:
         return torch.empty(shape, dtype=like.dtype, device=like.device)
-    count = 1
-    for size in shape:
-        count *= size
-    return buffer.flatten()[:count].view(shape)
+    return buffer.flatten()[:math.prod(shape)].view(shape)
 
 
 class SwigluTritonExperts:
@@ -122,6 +120,9 @@ class SwigluTritonExperts:
             or a1q_scale is not None
             or apply_router_weight_on_input
             or hidden_states.dtype not in KERNEL_DTYPES
+            # weights in the activations' dtype: no weight-only quantization
+            or w1.dtype != hidden_states.dtype
+            or w2.dtype != hidden_states.dtype
             or not hidden_states.is_contiguous()
             or getattr(self.experts, "_lora_context", None) is not None
         ):

@@ -225,7 +225,8 @@ def test_a_qualifying_call_takes_the_fused_path_with_vllms_workspaces(fused_call
     {"apply_router_weight_on_input": True},
     {"hidden_states": torch.zeros(4, 8)},
     {"hidden_states": torch.zeros(8, 4, dtype=torch.bfloat16).t()},
-], ids=["gelu", "expert-map", "quantized-input", "router-weight-on-input", "fp32", "non-contiguous"])
+    {"w1": torch.zeros(3, 12, 8, dtype=torch.int8)},
+], ids=["gelu", "expert-map", "quantized-input", "router-weight-on-input", "fp32", "non-contiguous", "int8-weights"])
 def test_any_other_call_goes_to_vllms_own_apply(fused_calls: list[dict[str, Any]], overrides: dict[str, Any]) -> None:
     experts = RecordingExperts()
     seam.SwigluTritonExperts(experts, seam.DEFAULT_TILE).apply(*apply_arguments(**overrides).values())
