@@ -1,16 +1,18 @@
 """Two Triton kernels for the routed experts of the compiled PoC forward.
 
-gate_up_swiglu: the gate and up projections with SwiGLU applied in the same kernel. vLLM's Triton experts write each routed token's gate and up projections (2 x width values) to memory, then a
-second kernel reads them back to write silu(gate) * up (width values). Here one kernel computes, for a tile of
-one expert's routed tokens, the gate and the up columns of the same output columns side by side (two
-accumulators over the same A tiles) and writes only silu(gate) * up: the activation kernel and the round trip
-of the un-activated projections through memory go away. The routed tokens come in vLLM's expert-aligned order
+gate_up_swiglu: the gate and up projections with SwiGLU applied in the same kernel. vLLM's Triton experts write
+each routed token's gate and up projections (2 x width values) to memory, then a second kernel reads them back to
+write silu(gate) * up (width values). Here one kernel computes, for a tile of one expert's routed tokens, the gate
+and the up columns of the same output columns side by side (two accumulators over the same A tiles) and writes
+only silu(gate) * up: the activation kernel and the round trip of the un-activated projections through memory go
+away. The routed tokens come in vLLM's expert-aligned order
 (moe_align_block_size: token-slot ids grouped by expert, each expert's group padded to a multiple of BLOCK_M,
 padding ids >= the slot count), so the output rows are token slots (token x top_k), as vLLM's down projection
 reads them.
 
 Numerics: silu(gate) * up is taken from the fp32 accumulators; vLLM rounds gate and up to the activations'
-dtype first. The difference is one rounding of the operands, far inside the PoC's tolerance.
+dtype first. The difference is one rounding of the operands: on the H200, relative L2 0.005 from vLLM's experts
+output, and the PoC artifacts at the same largest L2 from the eager forward's as before (0.0194, bound 0.02).
 
 topk_sum: each token's top_k down projections (already scaled by their router weights) summed into its output
 row, accumulated in fp32 and rounded once.
