@@ -112,7 +112,7 @@ run: setup
 
 # buf is a test tool only (not in setup): serving needs no Node.js.
 test: setup proto-check buf go-check
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(MAKE) --no-print-directory pytest
 
 # Every supported vLLM release, the whole suite on each, then their agreement: what CI runs. The setups and checks
 # run one at a time (they share .build), then the two suites at once: most of a suite is server starts, a few
@@ -126,7 +126,7 @@ test-all:
 	$(MAKE) --no-print-directory -j2 --output-sync=recurse $(addprefix suite-,$(SUPPORTED_VLLM))
 	$(MAKE) --no-print-directory cross-version-test
 
-# One release's suite, its setup done (test-all).
+# One release's suite, its setup done (test-all). `pytest` alone is the suite of `make test` without the setup and checks.
 suite-%:
 	@echo "== the suite on vLLM $*"
 	VLLM_CACHE_ROOT=$(HOME)/.cache/vllm-$* $(MAKE) --no-print-directory pytest VLLM=$* \
