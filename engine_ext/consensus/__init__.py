@@ -17,10 +17,13 @@ from .artifact import (
 from .fraud_test import FraudTestResult, fraud_test
 from .head import (
     DEFAULT_K,
+    HeadPlan,
     NonFiniteBatchError,
     check_k,
+    head_plan,
     head_vectors,
     pick_indices,
+    planned_head_vectors,
     rotate,
     rotation_vectors,
 )
@@ -63,6 +66,7 @@ __all__ = [
     "INT32_MAX",
     "LogprobsMode",
     "MASKED_LOGPROB",
+    "HeadPlan",
     "NonFiniteBatchError",
     "TOKENS_DIFFER",
     "build_topk_list",
@@ -76,6 +80,7 @@ __all__ = [
     "fill_normal_rows",
     "fraud_test",
     "generate_inputs",
+    "head_plan",
     "head_vectors",
     "inference_passes",
     "input_seed",
@@ -91,6 +96,7 @@ __all__ = [
     "normal",
     "normal_rows",
     "pick_indices",
+    "planned_head_vectors",
     "pick_seed",
     "pick_seed_string",
     "position_distance",

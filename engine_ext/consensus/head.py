@@ -9,6 +9,7 @@ nonce's vector does not depend on the batch it was computed in.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
@@ -86,6 +87,53 @@ def rotate(x: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
     return x
 
 
+@dataclass(frozen=True)
+class HeadPlan:
+    """The part of a batch's head that depends only on who mines what (block hash, public key, nonces) and the
+    model's width, not on the hidden states: each nonce's picked coordinates and rotation vectors. A prover can
+    make it while the batch's forward runs."""
+
+    nonces: tuple[int, ...]
+    hidden: int
+    indices: torch.Tensor  # [B, k] int64, pick_indices
+    rotations: torch.Tensor  # [B, k-1, k] float32, rotation_vectors
+
+
+def head_plan(
+    block_hash: str,
+    public_key: str,
+    nonces: Sequence[int],
+    hidden: int,
+    k: int = DEFAULT_K,
+    device: torch.device | str | None = None,
+    backend: Backend = "auto",
+) -> HeadPlan:
+    check_k(k, hidden)
+    return HeadPlan(
+        tuple(nonces),
+        hidden,
+        pick_indices(block_hash, public_key, nonces, hidden, k, device=device),
+        rotation_vectors(block_hash, public_key, nonces, k, device=device, backend=backend),
+    )
+
+
+def planned_head_vectors(last_hidden: torch.Tensor, plan: HeadPlan) -> torch.Tensor:
+    """head_vectors with the plan of the same nonces, made beforehand (head_plan) on last_hidden's device."""
+    if last_hidden.dim() != 2:
+        raise ValueError(f"last_hidden must be [batch, hidden], got shape {tuple(last_hidden.shape)}")
+    batch, hidden = last_hidden.shape
+    if batch != len(plan.nonces):
+        raise ValueError(f"last_hidden has {batch} rows but {len(plan.nonces)} nonces were given")
+    if hidden != plan.hidden:
+        raise ValueError(f"last_hidden is {hidden} wide but the head plan was made for {plan.hidden}")
+    h = last_hidden.to(torch.float32)
+    if not bool(torch.isfinite(h).all()):
+        raise NonFiniteBatchError(f"non-finite last hidden state in a batch of {batch}: batch rejected")
+    x = torch.gather(h, 1, plan.indices) / (pairwise_norm(h) + _NORM_EPS).unsqueeze(-1)
+    x = rotate(x, plan.rotations)
+    return (x / (pairwise_norm(x) + _NORM_EPS).unsqueeze(-1)).to(torch.float16)
+
+
 def head_vectors(
     last_hidden: torch.Tensor,
     block_hash: str,
@@ -100,14 +148,5 @@ def head_vectors(
     """
     if last_hidden.dim() != 2:
         raise ValueError(f"last_hidden must be [batch, hidden], got shape {tuple(last_hidden.shape)}")
-    batch, hidden = last_hidden.shape
-    if batch != len(nonces):
-        raise ValueError(f"last_hidden has {batch} rows but {len(nonces)} nonces were given")
-    check_k(k, hidden)
-    h = last_hidden.to(torch.float32)
-    if not bool(torch.isfinite(h).all()):
-        raise NonFiniteBatchError(f"non-finite last hidden state in a batch of {batch}: batch rejected")
-    idx = pick_indices(block_hash, public_key, nonces, hidden, k, device=h.device)
-    x = torch.gather(h, 1, idx) / (pairwise_norm(h) + _NORM_EPS).unsqueeze(-1)
-    x = rotate(x, rotation_vectors(block_hash, public_key, nonces, k, device=h.device, backend=backend))
-    return (x / (pairwise_norm(x) + _NORM_EPS).unsqueeze(-1)).to(torch.float16)
+    plan = head_plan(block_hash, public_key, nonces, last_hidden.shape[1], k, device=last_hidden.device, backend=backend)
+    return planned_head_vectors(last_hidden, plan)

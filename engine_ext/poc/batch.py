@@ -31,8 +31,8 @@ class PocBatch:
         return cls(**{**wire, "nonces": tuple(wire["nonces"]), "next_nonces": tuple(wire["next_nonces"])})
 
     def inputs_key(self) -> tuple[Any, ...]:
-        """What a batch's inputs depend on (its prefetch identity)."""
-        return (self.block_hash, self.public_key, self.nonces, self.seq_len, self.stronger_rng)
+        """What a batch's inputs and head plan depend on (its prefetch identity)."""
+        return (self.block_hash, self.public_key, self.nonces, self.seq_len, self.k_dim, self.stronger_rng)
 
 
 # Why a batch produced no vectors.

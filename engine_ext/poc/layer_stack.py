@@ -47,11 +47,53 @@ def decoder_layers(model: Any) -> DecoderLayers:
     return DecoderLayers(decoder, held, first)
 
 
-def reflected_stack(decoder: Any, layers: list[Any], positions: torch.Tensor, inputs_embeds: torch.Tensor, vectors: torch.Tensor) -> torch.Tensor:
-    """[tokens, H]: the final-normed hidden states; vectors[i] reflects the stream after layers[i]."""
+# Decoder layers whose forward is exactly: the input norm (with the residual add after the first layer), attention,
+# the post-attention norm with the residual add, the MLP; returning (hidden, residual). Read in vLLM 0.15.1 and
+# 0.20.1; after the attention, every row is computed on its own.
+ROW_WISE_AFTER_ATTENTION = frozenset(
+    {
+        "vllm.model_executor.models.qwen2.Qwen2DecoderLayer",
+        "vllm.model_executor.models.qwen3.Qwen3DecoderLayer",
+        "vllm.model_executor.models.qwen3_moe.Qwen3MoeDecoderLayer",
+    }
+)
+
+
+def reflected_stack(
+    decoder: Any,
+    layers: list[Any],
+    positions: torch.Tensor,
+    inputs_embeds: torch.Tensor,
+    vectors: torch.Tensor,
+    kept_rows: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """[tokens, H]: the final-normed hidden states; vectors[i] reflects the stream after layers[i]. With kept_rows,
+    [len(kept_rows), H]: those rows only, and the last layer computes no other row past its attention."""
     hidden, residual = inputs_embeds, None
     for offset, layer in enumerate(layers):
-        hidden, residual = layer(positions, hidden, residual)
+        if kept_rows is not None and offset == len(layers) - 1:
+            hidden, residual = layer_on_rows(layer, positions, hidden, residual, kept_rows)
+        else:
+            hidden, residual = layer(positions, hidden, residual)
         hidden, residual = reflect_stream(hidden, residual, vectors[offset])
     hidden, _ = decoder.norm(hidden, residual)
     return hidden
+
+
+def layer_on_rows(
+    layer: Any, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None, rows: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """layer(positions, hidden, residual) at `rows` only. The attention needs every token's keys and values, but a
+    PoC artifact reads one token per sequence: for a layer that is row-wise after its attention, the MLP (the routed
+    experts of a MoE layer) runs on the kept rows alone; any other layer runs whole before the rows are taken."""
+    if f"{type(layer).__module__}.{type(layer).__qualname__}" not in ROW_WISE_AFTER_ATTENTION:
+        hidden, residual = layer(positions, hidden, residual)
+        return hidden[rows], residual[rows]
+    if residual is None:
+        residual = hidden
+        hidden = layer.input_layernorm(hidden)
+    else:
+        hidden, residual = layer.input_layernorm(hidden, residual)
+    hidden = layer.self_attn(positions=positions, hidden_states=hidden)
+    hidden, residual = layer.post_attention_layernorm(hidden[rows], residual[rows])
+    return layer.mlp(hidden), residual

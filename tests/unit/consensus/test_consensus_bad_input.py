@@ -92,6 +92,11 @@ def test_head_batch_shape_and_non_finite_rule() -> None:
         C.head_vectors(torch.ones(64), BH, PK, [0])
     with pytest.raises(ValueError, match="2 rows but 1 nonces"):
         C.head_vectors(torch.ones((2, 64)), BH, PK, [0])
+    plan = C.head_plan(BH, PK, [0, 1], 64)
+    with pytest.raises(ValueError, match="3 rows but 2 nonces"):
+        C.planned_head_vectors(torch.ones((3, 64)), plan)
+    with pytest.raises(ValueError, match="32 wide but the head plan was made for 64"):
+        C.planned_head_vectors(torch.ones((2, 32)), plan)
     for bad in (math.nan, math.inf, -math.inf):
         hidden = torch.randn((3, 64))
         hidden[2, 17] = bad

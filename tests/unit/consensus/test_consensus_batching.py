@@ -128,6 +128,15 @@ def test_head_batch_equals_single_and_is_order_independent() -> None:
     assert torch.allclose(norms, torch.ones_like(norms), atol=2e-3)
 
 
+def test_a_head_plan_made_beforehand_gives_the_same_bits() -> None:
+    # The prover makes each batch's plan while the forward before it runs (engine_ext.poc.worker_forward).
+    hidden = torch.randn((len(NONCES), 256), generator=torch.Generator().manual_seed(4)) * 3
+    plan = C.head_plan(BH, PK, NONCES, 256, 12)
+    assert torch.equal(plan.indices, C.pick_indices(BH, PK, NONCES, 256, 12))
+    assert torch.equal(plan.rotations, C.rotation_vectors(BH, PK, NONCES, 12))
+    assert torch.equal(C.planned_head_vectors(hidden, plan), C.head_vectors(hidden, BH, PK, NONCES))
+
+
 def test_head_accepts_model_dtypes() -> None:
     hidden = torch.randn((2, 64), generator=torch.Generator().manual_seed(2))
     ref = C.head_vectors(hidden.to(torch.bfloat16).to(torch.float32), BH, PK, [1, 2])
