@@ -16,9 +16,9 @@ stack, chosen per call:
   (engine_ext.seams.fused_moe_swiglu). Past its attention, the last layer computes only each sequence's
   last token, the one row its artifact reads (engine_ext.poc.layer_stack.layer_on_rows);
 - eager: vLLM's own kernels (seams.platform_kernels), one op at a time.
-While a batch's forward runs, a helper thread generates the inputs of the batch announced next, and the worker
-makes that batch's head plan (its nonces' picked coordinates and rotation vectors, on the host) while a GPU
-computes the forward just queued: between two forwards, only the head's arithmetic on the hidden states is left.
+While a batch's forward runs, a helper thread generates the inputs of the batch announced next and the
+nonce-dependent part of its head (picked coordinates, rotation vectors): after the forward, only the arithmetic on
+the hidden states is left between two forwards.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import contextlib
 import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -43,6 +44,14 @@ from engine_ext.seams.fused_qk_norm_rope import fused_qk_norm_rope, qk_norm_rope
 
 class PipelineParallelUnsupported(RuntimeError):
     pass
+
+
+@dataclass(frozen=True)
+class PreparedBatch:
+    """What a batch needs besides the model: its input embeddings and its head plan."""
+
+    inputs: torch.Tensor
+    head: HeadPlan
 
 
 class PocWorkerForward:
@@ -62,8 +71,7 @@ class PocWorkerForward:
         self._prefetcher = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="poc-inputs", initializer=torch.set_num_threads, initargs=(helper_threads,)
         )
-        self._prefetched: tuple[tuple[Any, ...], Future[torch.Tensor]] | None = None
-        self._planned: tuple[tuple[Any, ...], HeadPlan] | None = None
+        self._prefetched: tuple[tuple[Any, ...], Future[PreparedBatch]] | None = None
         # Reflection vectors of the last block hash (a round reuses them for every batch).
         self._layer_vectors: tuple[str, torch.Tensor] | None = None
         self._stack = decoder_layers(runner.get_model())
@@ -79,28 +87,22 @@ class PocWorkerForward:
 
     def run(self, batch: PocBatch, block_ids: list[list[int]], compiled: bool) -> PocBatchResult:
         started = time.perf_counter()
-        inputs, head = self._inputs_of(batch), self._head_plan_of(batch)
+        prepared = self._prepared(batch)
         input_wait = time.perf_counter() - started
-        upcoming = None
         if batch.next_nonces:
             upcoming = PocBatch(batch.block_hash, batch.public_key, batch.next_nonces, batch.seq_len, batch.k_dim, batch.stronger_rng)
-            self._prefetched = (upcoming.inputs_key(), self._prefetcher.submit(self._generate_inputs, upcoming))
+            self._prefetched = (upcoming.inputs_key(), self._prefetcher.submit(self._prepare, upcoming))
 
         forward_started = time.perf_counter()
-        last_hidden = self._forward(batch, inputs, block_ids, compiled)
-        # Host work while a GPU computes the forward just queued (a CPU forward has already run). Not in the helper:
-        # its Python would hold the GIL while the forward's kernels are being launched, and the GPU waits for them.
-        self._planned = (upcoming.inputs_key(), self._head_plan(upcoming)) if upcoming is not None else None
-        # Waits for the forward. The head runs on the host: a few hundred operations on [B, k] values, less time
-        # there than their launches take on a GPU, with the same bits (engine_ext.consensus.reductions).
-        hidden_on_host = last_hidden.cpu()
+        last_hidden = self._forward(batch, prepared.inputs, block_ids, compiled)
+        _synchronize(last_hidden.device)
         head_started = time.perf_counter()
         try:
-            vectors = planned_head_vectors(hidden_on_host, head)
+            vectors = planned_head_vectors(last_hidden.float(), prepared.head)
         except NonFiniteBatchError as error:
             return PocBatchResult(BATCH_NON_FINITE, detail=str(error), input_wait_seconds=input_wait,
                                   forward_seconds=head_started - forward_started)
-        payload = vectors.numpy().astype("<f2").tobytes()
+        payload = vectors.cpu().numpy().astype("<f2").tobytes()
         return PocBatchResult(
             BATCH_OK,
             vectors=payload,
@@ -112,26 +114,19 @@ class PocWorkerForward:
     def close(self) -> None:
         self._prefetcher.shutdown(wait=True, cancel_futures=True)
 
-    def _inputs_of(self, batch: PocBatch) -> torch.Tensor:
+    def _prepared(self, batch: PocBatch) -> PreparedBatch:
         prefetched, self._prefetched = self._prefetched, None
         if prefetched is not None and prefetched[0] == batch.inputs_key():
             return prefetched[1].result()
-        return self._generate_inputs(batch)
+        return self._prepare(batch)
 
-    def _generate_inputs(self, batch: PocBatch) -> torch.Tensor:
-        out = torch.empty((len(batch.nonces), batch.seq_len, self._hidden), dtype=self._input_dtype, device=self._runner.device)
+    def _prepare(self, batch: PocBatch) -> PreparedBatch:
+        device = self._runner.device
+        out = torch.empty((len(batch.nonces), batch.seq_len, self._hidden), dtype=self._input_dtype, device=device)
         with torch.inference_mode():
             generate_inputs(out, batch.block_hash, batch.public_key, list(batch.nonces), stronger_rng=batch.stronger_rng)
-        return out if out.dtype == self._dtype else out.to(self._dtype)
-
-    def _head_plan_of(self, batch: PocBatch) -> HeadPlan:
-        planned, self._planned = self._planned, None
-        if planned is not None and planned[0] == batch.inputs_key():
-            return planned[1]
-        return self._head_plan(batch)
-
-    def _head_plan(self, batch: PocBatch) -> HeadPlan:
-        return head_plan(batch.block_hash, batch.public_key, batch.nonces, self._hidden, batch.k_dim, device="cpu")
+            head = head_plan(batch.block_hash, batch.public_key, batch.nonces, self._hidden, batch.k_dim, device=device)
+        return PreparedBatch(out if out.dtype == self._dtype else out.to(self._dtype), head)
 
     # The whole forward runs in inference mode, as vLLM's own model step does: attention backends keep their
     # planning buffers as inference tensors and update them in place while building the metadata (FlashInfer does).
@@ -202,3 +197,9 @@ def _checkpoint_dtype(hf_config: Any, fallback: torch.dtype) -> torch.dtype:
     if isinstance(declared, str):
         declared = getattr(torch, declared, None)
     return declared if isinstance(declared, torch.dtype) else fallback
+
+
+def _synchronize(device: torch.device) -> None:
+    # Forward time means the kernels' time, not the launch's.
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
