@@ -108,7 +108,7 @@ def head_plan(
     device: torch.device | str | None = None,
     backend: Backend = "auto",
 ) -> HeadPlan:
-    check_k(k, hidden)
+    """The head plan of these nonces for a model `hidden` wide (pick_indices checks k against it)."""
     return HeadPlan(
         tuple(nonces),
         hidden,

@@ -86,6 +86,8 @@ class MiningRound:
         self._consecutive_rejections = 0
         self._batches = 0
         self._forward_seconds = 0.0
+        self._input_wait_seconds = 0.0
+        self._head_seconds = 0.0
         self._outside_seconds = 0.0
         self._outside_samples = 0
         self._first_batch_at: float | None = None
@@ -170,6 +172,8 @@ class MiningRound:
         self.nonces_produced += len(nonces)
         self._batches += 1
         self._forward_seconds += result.forward_seconds
+        self._input_wait_seconds += result.input_wait_seconds
+        self._head_seconds += result.head_seconds
         if self._batches > 1 and previous_done is not None:
             # The first batch's interval includes input generation nothing could hide; it is
             # reported as seconds_to_first_batch instead.
@@ -180,6 +184,15 @@ class MiningRound:
         self._recent.append((now, len(nonces)))
         while self._recent and now - self._recent[0][0] > RATE_WINDOW_SECONDS:
             self._recent.popleft()
+
+    def timing_summary(self) -> str:
+        """Where a batch's time went, for the log: the worker's own figures beside the time outside its forward."""
+        if not self._batches:
+            return "no batch computed"
+        per_batch = 1000 / self._batches
+        outside = 1000 * self._outside_seconds / self._outside_samples if self._outside_samples else 0.0
+        return (f"per batch: forward {self._forward_seconds * per_batch:.1f} ms, outside it {outside:.2f} ms, of which "
+                f"waiting for inputs {self._input_wait_seconds * per_batch:.2f} ms and the head {self._head_seconds * per_batch:.2f} ms")
 
     def status(self) -> poc_pb2.RoundStatus:
         status = poc_pb2.RoundStatus(

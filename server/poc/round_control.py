@@ -175,7 +175,8 @@ class RoundControl:
             if callback is not None:
                 # The final flush runs on; the server's shutdown bounds it and spools the rest.
                 callback.finish()
-            log.info("round %s ended: %s, %d nonces", mining.round_id, mining.state.name, mining.nonces_produced)
+            log.info("round %s ended: %s, %d nonces; %s", mining.round_id, mining.state.name, mining.nonces_produced,
+                     mining.timing_summary())
 
 
 def round_not_found(message: str, round_id: str | None) -> ServiceError:

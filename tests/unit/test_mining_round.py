@@ -42,7 +42,8 @@ class StandInEngine:
             return PocBatchResult(BATCH_WITHDRAWN)
         if self.non_finite_from is not None and len(self.batches) > self.non_finite_from:
             return PocBatchResult(BATCH_NON_FINITE, detail="nan in the last hidden state")
-        return PocBatchResult(BATCH_OK, vectors=bytes(2 * K * len(batch.nonces)), forward_seconds=0.005)
+        return PocBatchResult(BATCH_OK, vectors=bytes(2 * K * len(batch.nonces)), forward_seconds=0.005,
+                              input_wait_seconds=0.001, head_seconds=0.002)
 
     async def pause(self) -> int:
         self.paused = True
@@ -106,6 +107,10 @@ def test_a_stop_withdraws_the_queued_batch_and_keeps_nonces_dense() -> None:
     assert status.nonces_produced == len(produced) and status.last_sequence == len(produced) // PARAMS.batch_size
     assert status.seconds_stop_to_last_forward >= 0 and status.nonces_per_second_round > 0
     assert health.status[POC] == health_pb2.HealthCheckResponse.SERVING
+    # The worker's figures as the stand-in reported them for every batch (the log line at the round's end).
+    summary = mining.timing_summary()
+    assert summary.startswith("per batch: forward 5.0 ms, outside it ")
+    assert summary.endswith("of which waiting for inputs 1.00 ms and the head 2.00 ms")
 
 
 def _batches(hub: ArtifactHub, round_id: str):
