@@ -172,12 +172,13 @@ class MiningRound:
         self.nonces_produced += len(nonces)
         self._batches += 1
         self._forward_seconds += result.forward_seconds
-        self._input_wait_seconds += result.input_wait_seconds
-        self._head_seconds += result.head_seconds
         if self._batches > 1 and previous_done is not None:
             # The first batch's interval includes input generation nothing could hide; it is
-            # reported as seconds_to_first_batch instead.
+            # reported as seconds_to_first_batch instead. Its input wait and head are left out with it, so
+            # that they stay parts of the time outside the forward they are reported as.
             self._outside_seconds += max(0.0, (now - previous_done) - result.forward_seconds)
+            self._input_wait_seconds += result.input_wait_seconds
+            self._head_seconds += result.head_seconds
             self._outside_samples += 1
         if self._first_batch_at is None:
             self._first_batch_at = now
@@ -189,10 +190,12 @@ class MiningRound:
         """Where a batch's time went, for the log: the worker's own figures beside the time outside its forward."""
         if not self._batches:
             return "no batch computed"
-        per_batch = 1000 / self._batches
-        outside = 1000 * self._outside_seconds / self._outside_samples if self._outside_samples else 0.0
-        return (f"per batch: forward {self._forward_seconds * per_batch:.1f} ms, outside it {outside:.2f} ms, of which "
-                f"waiting for inputs {self._input_wait_seconds * per_batch:.2f} ms and the head {self._head_seconds * per_batch:.2f} ms")
+        forward = f"per batch: forward {1000 * self._forward_seconds / self._batches:.1f} ms"
+        if not self._outside_samples:
+            return forward
+        per_sample = 1000 / self._outside_samples
+        return (f"{forward}, outside it {self._outside_seconds * per_sample:.2f} ms, of which waiting for inputs "
+                f"{self._input_wait_seconds * per_sample:.2f} ms and the head {self._head_seconds * per_sample:.2f} ms")
 
     def status(self) -> poc_pb2.RoundStatus:
         status = poc_pb2.RoundStatus(
