@@ -17,8 +17,11 @@ stack, chosen per call:
   last token, the one row its artifact reads (engine_ext.poc.layer_stack.layer_on_rows);
 - eager: vLLM's own kernels (seams.platform_kernels), one op at a time.
 While a batch's forward runs, a helper thread generates the inputs of the batch announced next and the
-nonce-dependent part of its head (picked coordinates, rotation vectors): after the forward, only the arithmetic on
-the hidden states is left between two forwards.
+nonce-dependent part of its head (picked coordinates, rotation vectors, on the host): after the forward, only the
+head's arithmetic on the batch's last hidden states is left between two forwards, on the host too (a few hundred
+tiny kernels whose launches cost the GPU more time than the host takes to compute them). On a GPU the helper starts
+once the forward's kernels are launched, while this thread waits for them without holding the GIL, and works on a
+CUDA stream of its own: its copies and kernels wait for each other only, not behind the forward's.
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ class PreparedBatch:
     """What a batch needs besides the model: its input embeddings and its head plan."""
 
     inputs: torch.Tensor
-    head: HeadPlan
+    head: HeadPlan  # on the host
 
 
 class PocWorkerForward:
@@ -72,6 +75,7 @@ class PocWorkerForward:
             max_workers=1, thread_name_prefix="poc-inputs", initializer=torch.set_num_threads, initargs=(helper_threads,)
         )
         self._prefetched: tuple[tuple[Any, ...], Future[PreparedBatch]] | None = None
+        self._input_stream = torch.cuda.Stream(runner.device) if runner.device.type == "cuda" else None
         # Reflection vectors of the last block hash (a round reuses them for every batch).
         self._layer_vectors: tuple[str, torch.Tensor] | None = None
         self._stack = decoder_layers(runner.get_model())
@@ -89,20 +93,26 @@ class PocWorkerForward:
         started = time.perf_counter()
         prepared = self._prepared(batch)
         input_wait = time.perf_counter() - started
-        if batch.next_nonces:
-            upcoming = PocBatch(batch.block_hash, batch.public_key, batch.next_nonces, batch.seq_len, batch.k_dim, batch.stronger_rng)
-            self._prefetched = (upcoming.inputs_key(), self._prefetcher.submit(self._prepare, upcoming))
+        if self._input_stream is None:
+            # On a CPU the forward computes as it is called: the helper must start before it to overlap it.
+            self._prefetch_next(batch)
+        else:
+            # Made on the helper's stream, read by this one's kernels: the allocator must not hand the memory
+            # to the helper again before they are done.
+            prepared.inputs.record_stream(torch.cuda.current_stream(prepared.inputs.device))
 
         forward_started = time.perf_counter()
         last_hidden = self._forward(batch, prepared.inputs, block_ids, compiled)
-        _synchronize(last_hidden.device)
+        if self._input_stream is not None:
+            self._prefetch_next(batch)
+        host_hidden = last_hidden.cpu()  # waits for the forward's kernels
         head_started = time.perf_counter()
         try:
-            vectors = planned_head_vectors(last_hidden.float(), prepared.head)
+            vectors = planned_head_vectors(host_hidden, prepared.head)
         except NonFiniteBatchError as error:
             return PocBatchResult(BATCH_NON_FINITE, detail=str(error), input_wait_seconds=input_wait,
                                   forward_seconds=head_started - forward_started)
-        payload = vectors.cpu().numpy().astype("<f2").tobytes()
+        payload = vectors.numpy().astype("<f2").tobytes()
         return PocBatchResult(
             BATCH_OK,
             vectors=payload,
@@ -114,6 +124,11 @@ class PocWorkerForward:
     def close(self) -> None:
         self._prefetcher.shutdown(wait=True, cancel_futures=True)
 
+    def _prefetch_next(self, batch: PocBatch) -> None:
+        if batch.next_nonces:
+            upcoming = PocBatch(batch.block_hash, batch.public_key, batch.next_nonces, batch.seq_len, batch.k_dim, batch.stronger_rng)
+            self._prefetched = (upcoming.inputs_key(), self._prefetcher.submit(self._prepare, upcoming))
+
     def _prepared(self, batch: PocBatch) -> PreparedBatch:
         prefetched, self._prefetched = self._prefetched, None
         if prefetched is not None and prefetched[0] == batch.inputs_key():
@@ -122,11 +137,15 @@ class PocWorkerForward:
 
     def _prepare(self, batch: PocBatch) -> PreparedBatch:
         device = self._runner.device
-        out = torch.empty((len(batch.nonces), batch.seq_len, self._hidden), dtype=self._input_dtype, device=device)
-        with torch.inference_mode():
+        on_input_stream = torch.cuda.stream(self._input_stream) if self._input_stream is not None else contextlib.nullcontext()
+        with torch.inference_mode(), on_input_stream:
+            out = torch.empty((len(batch.nonces), batch.seq_len, self._hidden), dtype=self._input_dtype, device=device)
             generate_inputs(out, batch.block_hash, batch.public_key, list(batch.nonces), stronger_rng=batch.stronger_rng)
-            head = head_plan(batch.block_hash, batch.public_key, batch.nonces, self._hidden, batch.k_dim, device=device)
-        return PreparedBatch(out if out.dtype == self._dtype else out.to(self._dtype), head)
+            inputs = out if out.dtype == self._dtype else out.to(self._dtype)
+            head = head_plan(batch.block_hash, batch.public_key, batch.nonces, self._hidden, batch.k_dim, device="cpu")
+        if self._input_stream is not None:
+            self._input_stream.synchronize()  # the inputs are complete when the forward gets them
+        return PreparedBatch(inputs, head)
 
     # The whole forward runs in inference mode, as vLLM's own model step does: attention backends keep their
     # planning buffers as inference tensors and update them in place while building the metadata (FlashInfer does).
@@ -197,9 +216,3 @@ def _checkpoint_dtype(hf_config: Any, fallback: torch.dtype) -> torch.dtype:
     if isinstance(declared, str):
         declared = getattr(torch, declared, None)
     return declared if isinstance(declared, torch.dtype) else fallback
-
-
-def _synchronize(device: torch.device) -> None:
-    # Forward time means the kernels' time, not the launch's.
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
