@@ -1,5 +1,6 @@
 """Where a GPU sat idle in a profiled run: reads a torch.profiler Chrome trace and prints the device's busy
-share, its idle gaps, the host calls that overlapped them and which host op launched the work after each gap.
+share, its idle gaps, the host calls that overlapped them, which host op launched the work after each gap, and
+how far ahead of the device the host launched.
 
 A kernel table says what the device did; the time it did nothing (waiting on a host sync, an allocator call,
 Python between launches) appears in no row of it. This is the view the PoC forward's remaining gaps need.
@@ -127,6 +128,33 @@ def overlapping(host_calls: list[Span], call_starts: list[float], start: float, 
     return tuple(sorted(found.items(), key=lambda item: -item[1]))
 
 
+def launch_lead(device: list[Span], host_calls: list[Span], lo: float, hi: float) -> list[str]:
+    """How far ahead of the device the host ran: a host that launches each kernel just before it runs (a sync in
+    the forward, or launches slower than the kernels) leaves no host time to overlap anything with the forward."""
+    launches = {call.correlation: call for call in host_calls if call.name in LAUNCH_CALLS and call.correlation is not None}
+    leads = sorted(
+        span.start - launches[span.correlation].end
+        for span in device
+        if lo <= span.start < hi and span.correlation in launches
+    )
+    if not leads:
+        return []
+    last_launch = max(call.end for call in launches.values() if lo <= call.start < hi)
+    waits: dict[str, list[float]] = defaultdict(list)
+    for call in host_calls:
+        if call.name not in LAUNCH_CALLS and lo <= call.start < hi and call.end - call.start >= MIN_GAP_US:
+            waits[call.name].append(call.end - call.start)
+    lines = [
+        f"the host's lead over the device (kernel start - its launch's end), {len(leads)} launches: "
+        f"min {leads[0] / 1e3:.2f} ms, median {leads[len(leads) // 2] / 1e3:.2f} ms, max {leads[-1] / 1e3:.2f} ms; "
+        f"last launch at +{(last_launch - lo) / 1e3:.1f} ms of {(hi - lo) / 1e3:.1f} ms",
+        f"host calls of at least {MIN_GAP_US:.0f} us other than launches:",
+    ]
+    for name, lengths in sorted(waits.items(), key=lambda item: -sum(item[1])):
+        lines.append(f"  {sum(lengths) / 1e3:8.2f} ms in {len(lengths):4d} calls  {name}")
+    return lines
+
+
 def short(name: str, width: int = 60) -> str:
     return name if len(name) <= width else name[: width - 3] + "..."
 
@@ -164,6 +192,7 @@ def report(path: Path, window: str | None, rows: int) -> str:
             f"  {gap.length / 1e3:6.2f} ms at +{(gap.start - lo) / 1e3:7.1f} ms: {short(gap.before, 40)} -> {short(gap.after, 40)}"
             f" (launched in {short(gap.launched_by or '?', 40)}; {calls})"
         )
+    lines.extend(launch_lead(device, host_calls, lo, hi))
     return "\n".join(lines)
 
 
