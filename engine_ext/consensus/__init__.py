@@ -24,8 +24,10 @@ from .head import (
     head_vectors,
     pick_indices,
     planned_head_vectors,
+    require_finite,
     rotate,
     rotation_vectors,
+    unchecked_head_vectors,
 )
 from .inference_distance import (
     DEFAULT_TOP_K,
@@ -97,6 +99,7 @@ __all__ = [
     "normal_rows",
     "pick_indices",
     "planned_head_vectors",
+    "require_finite",
     "pick_seed",
     "pick_seed_string",
     "position_distance",
@@ -114,4 +117,5 @@ __all__ = [
     "similarity",
     "stronger_sub_seeds",
     "uniform",
+    "unchecked_head_vectors",
 ]

@@ -119,6 +119,16 @@ def head_plan(
 
 def planned_head_vectors(last_hidden: torch.Tensor, plan: HeadPlan) -> torch.Tensor:
     """head_vectors with the plan of the same nonces, made beforehand (head_plan) on last_hidden's device."""
+    vectors, finite = unchecked_head_vectors(last_hidden, plan)
+    require_finite(finite, len(plan.nonces))
+    return vectors
+
+
+def unchecked_head_vectors(last_hidden: torch.Tensor, plan: HeadPlan) -> tuple[torch.Tensor, torch.Tensor]:
+    """planned_head_vectors without reading anything back from last_hidden's device: the [B, k] float16 vectors
+    and a 0-dim bool tensor, whether every value of last_hidden is finite. On a GPU its kernels queue behind
+    whatever computes last_hidden, so a prover can launch the head with its forward. The vectors are artifacts
+    only once require_finite has passed on the flag."""
     if last_hidden.dim() != 2:
         raise ValueError(f"last_hidden must be [batch, hidden], got shape {tuple(last_hidden.shape)}")
     batch, hidden = last_hidden.shape
@@ -127,11 +137,16 @@ def planned_head_vectors(last_hidden: torch.Tensor, plan: HeadPlan) -> torch.Ten
     if hidden != plan.hidden:
         raise ValueError(f"last_hidden is {hidden} wide but the head plan was made for {plan.hidden}")
     h = last_hidden.to(torch.float32)
-    if not bool(torch.isfinite(h).all()):
-        raise NonFiniteBatchError(f"non-finite last hidden state in a batch of {batch}: batch rejected")
+    finite = torch.isfinite(h).all()
     x = torch.gather(h, 1, plan.indices) / (pairwise_norm(h) + _NORM_EPS).unsqueeze(-1)
     x = rotate(x, plan.rotations)
-    return (x / (pairwise_norm(x) + _NORM_EPS).unsqueeze(-1)).to(torch.float16)
+    return (x / (pairwise_norm(x) + _NORM_EPS).unsqueeze(-1)).to(torch.float16), finite
+
+
+def require_finite(finite: torch.Tensor, batch: int) -> None:
+    """Raises NonFiniteBatchError unless unchecked_head_vectors' flag says the whole batch was finite."""
+    if not bool(finite):
+        raise NonFiniteBatchError(f"non-finite last hidden state in a batch of {batch}: batch rejected")
 
 
 def head_vectors(

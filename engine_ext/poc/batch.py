@@ -48,8 +48,9 @@ class PocBatchResult:
     status: str
     # len(nonces) * k_dim float16, little-endian, row-major (empty unless status is ok).
     vectors: bytes = b""
-    # Seconds, measured in the worker: the model forward alone; generating inputs this batch had to
-    # wait for (zero when the previous call prefetched them); the head.
+    # Seconds, measured in the worker: the model forward, with the head's arithmetic launched behind it;
+    # generating inputs this batch had to wait for (zero when the previous call prefetched them); what is
+    # left of the head after the forward (the finiteness check, reading the vectors back).
     forward_seconds: float = 0.0
     input_wait_seconds: float = 0.0
     head_seconds: float = 0.0

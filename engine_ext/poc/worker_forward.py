@@ -17,11 +17,13 @@ stack, chosen per call:
   last token, the one row its artifact reads (engine_ext.poc.layer_stack.layer_on_rows);
 - eager: vLLM's own kernels (seams.platform_kernels), one op at a time.
 While a batch's forward runs, a helper thread generates the inputs of the batch announced next and the
-nonce-dependent part of its head (picked coordinates, rotation vectors, on the host): after the forward, only the
-head's arithmetic on the batch's last hidden states is left between two forwards, on the host too (a few hundred
-tiny kernels whose launches cost the GPU more time than the host takes to compute them). On a GPU the helper starts
-once the forward's kernels are launched, while this thread waits for them without holding the GIL, and works on a
-CUDA stream of its own: its copies and kernels wait for each other only, not behind the forward's.
+nonce-dependent part of its head (picked coordinates, rotation vectors). The head's arithmetic on the last hidden
+states is launched right behind the forward (unchecked_head_vectors: nothing in it waits for the device), so
+between two forwards only reading back the vectors and the batch's finiteness flag is left. On a GPU the host
+launches a forward far ahead of its kernels (about 70 of 420 ms on the H200's MoE shape); the helper starts once
+the forward and the head are launched, while this thread waits for them in torch.cuda.synchronize without holding
+the GIL, and works on a CUDA stream of its own: its copies and kernels wait for each other only, not behind the
+forward's.
 """
 
 from __future__ import annotations
@@ -35,7 +37,15 @@ from typing import Any
 
 import torch
 
-from engine_ext.consensus import HeadPlan, NonFiniteBatchError, generate_inputs, head_plan, layer_vectors, planned_head_vectors
+from engine_ext.consensus import (
+    HeadPlan,
+    NonFiniteBatchError,
+    generate_inputs,
+    head_plan,
+    layer_vectors,
+    require_finite,
+    unchecked_head_vectors,
+)
 from engine_ext.poc.batch import BATCH_NON_FINITE, BATCH_OK, PocBatch, PocBatchResult
 from engine_ext.poc.forward_metadata import build_forward_metadata
 from engine_ext.poc.layer_stack import decoder_layers, reflected_stack
@@ -54,7 +64,7 @@ class PreparedBatch:
     """What a batch needs besides the model: its input embeddings and its head plan."""
 
     inputs: torch.Tensor
-    head: HeadPlan  # on the host
+    head: HeadPlan
 
 
 class PocWorkerForward:
@@ -96,24 +106,24 @@ class PocWorkerForward:
         if self._input_stream is None:
             # On a CPU the forward computes as it is called: the helper must start before it to overlap it.
             self._prefetch_next(batch)
-        else:
-            # Made on the helper's stream, read by this one's kernels: the allocator must not hand the memory
-            # to the helper again before they are done.
-            prepared.inputs.record_stream(torch.cuda.current_stream(prepared.inputs.device))
 
         forward_started = time.perf_counter()
         last_hidden = self._forward(batch, prepared.inputs, block_ids, compiled)
+        vectors, finite = unchecked_head_vectors(last_hidden, prepared.head)
         if self._input_stream is not None:
+            # Made on the helper's stream, read by this one's kernels: the allocator must not hand the memory
+            # to the helper again before they are done.
+            for made_by_helper in (prepared.inputs, prepared.head.indices, prepared.head.rotations):
+                made_by_helper.record_stream(torch.cuda.current_stream(made_by_helper.device))
             self._prefetch_next(batch)
         _synchronize(last_hidden.device)
-        host_hidden = last_hidden.cpu()
         head_started = time.perf_counter()
         try:
-            vectors = planned_head_vectors(host_hidden, prepared.head)
+            require_finite(finite, len(batch.nonces))
         except NonFiniteBatchError as error:
             return PocBatchResult(BATCH_NON_FINITE, detail=str(error), input_wait_seconds=input_wait,
                                   forward_seconds=head_started - forward_started)
-        payload = vectors.numpy().astype("<f2").tobytes()
+        payload = vectors.cpu().numpy().astype("<f2").tobytes()
         return PocBatchResult(
             BATCH_OK,
             vectors=payload,
@@ -143,9 +153,9 @@ class PocWorkerForward:
             out = torch.empty((len(batch.nonces), batch.seq_len, self._hidden), dtype=self._input_dtype, device=device)
             generate_inputs(out, batch.block_hash, batch.public_key, list(batch.nonces), stronger_rng=batch.stronger_rng)
             inputs = out if out.dtype == self._dtype else out.to(self._dtype)
-            head = head_plan(batch.block_hash, batch.public_key, batch.nonces, self._hidden, batch.k_dim, device="cpu")
+            head = head_plan(batch.block_hash, batch.public_key, batch.nonces, self._hidden, batch.k_dim, device=device)
         if self._input_stream is not None:
-            self._input_stream.synchronize()  # the inputs are complete when the forward gets them
+            self._input_stream.synchronize()  # complete when the forward and the head get them
         return PreparedBatch(inputs, head)
 
     # The whole forward runs in inference mode, as vLLM's own model step does: attention backends keep their
@@ -221,6 +231,6 @@ def _checkpoint_dtype(hf_config: Any, fallback: torch.dtype) -> torch.dtype:
 
 def _synchronize(device: torch.device) -> None:
     # Forward time means the kernels' time, not the launch's. Waited for here, where the GIL is let go, and not in
-    # the copy to the host: on the H200 the helper then started only once the forward had ended.
+    # a copy to the host: on the H200, waiting in `.cpu()` kept the helper from starting until the forward ended.
     if device.type == "cuda":
         torch.cuda.synchronize(device)

@@ -102,6 +102,10 @@ def test_head_batch_shape_and_non_finite_rule() -> None:
         hidden[2, 17] = bad
         with pytest.raises(C.NonFiniteBatchError, match="batch rejected"):
             C.head_vectors(hidden.to(torch.bfloat16), BH, PK, [0, 1, 2])
+        # The unchecked head computes anyway and leaves the rule to its flag.
+        _, finite = C.unchecked_head_vectors(hidden, C.head_plan(BH, PK, [0, 1, 2], 64))
+        with pytest.raises(C.NonFiniteBatchError, match="in a batch of 3: batch rejected"):
+            C.require_finite(finite, 3)
 
 
 def test_artifact_arguments() -> None:
