@@ -99,7 +99,6 @@ __all__ = [
     "normal_rows",
     "pick_indices",
     "planned_head_vectors",
-    "require_finite",
     "pick_seed",
     "pick_seed_string",
     "position_distance",
@@ -107,6 +106,7 @@ __all__ = [
     "reflect_",
     "reflect_stream",
     "reported_logprob",
+    "require_finite",
     "resolve_logprobs_mode",
     "rotate",
     "rotation_seed_string",
@@ -116,6 +116,6 @@ __all__ = [
     "sequence_distance",
     "similarity",
     "stronger_sub_seeds",
-    "uniform",
     "unchecked_head_vectors",
+    "uniform",
 ]
