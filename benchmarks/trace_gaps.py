@@ -132,14 +132,12 @@ def launch_lead(device: list[Span], host_calls: list[Span], lo: float, hi: float
     """How far ahead of the device the host ran: a host that launches each kernel just before it runs (a sync in
     the forward, or launches slower than the kernels) leaves no host time to overlap anything with the forward."""
     launches = {call.correlation: call for call in host_calls if call.name in LAUNCH_CALLS and call.correlation is not None}
-    leads = sorted(
-        span.start - launches[span.correlation].end
-        for span in device
-        if lo <= span.start < hi and span.correlation in launches
-    )
-    if not leads:
+    # Each kernel of the window with its launch (which may precede the window).
+    launched = [(launches[span.correlation], span) for span in device if lo <= span.start < hi and span.correlation in launches]
+    if not launched:
         return []
-    last_launch = max(call.end for call in launches.values() if lo <= call.start < hi)
+    leads = sorted(span.start - call.end for call, span in launched)
+    last_launch = max(call.end for call, _ in launched)
     waits: dict[str, list[float]] = defaultdict(list)
     for call in host_calls:
         if call.name not in LAUNCH_CALLS and lo <= call.start < hi and call.end - call.start >= MIN_GAP_US:
@@ -147,7 +145,7 @@ def launch_lead(device: list[Span], host_calls: list[Span], lo: float, hi: float
     lines = [
         f"the host's lead over the device (kernel start - its launch's end), {len(leads)} launches: "
         f"min {leads[0] / 1e3:.2f} ms, median {leads[len(leads) // 2] / 1e3:.2f} ms, max {leads[-1] / 1e3:.2f} ms; "
-        f"last launch at +{(last_launch - lo) / 1e3:.1f} ms of {(hi - lo) / 1e3:.1f} ms",
+        f"last launch at {(last_launch - lo) / 1e3:+.1f} ms of {(hi - lo) / 1e3:.1f} ms",
         f"host calls of at least {MIN_GAP_US:.0f} us other than launches:",
     ]
     for name, lengths in sorted(waits.items(), key=lambda item: -sum(item[1])):
