@@ -55,3 +55,21 @@ def test_a_trace_without_device_activity_says_so(tmp_path: Path) -> None:
     path = tmp_path / "cpu.json"
     path.write_text(json.dumps({"traceEvents": [_x("cpu_op", "aten::mm", 0, 10)]}))
     assert "no device activity" in report(path, None, rows=5)
+
+
+def test_how_far_ahead_the_host_launched(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(_trace()))
+    text = report(path, "poc_batch", rows=5)
+    # fused_moe_kernel starts 75 us after its launch ended, add_kernel 52 us; the last launch ends at 648 us.
+    assert ("the host's lead over the device (kernel start - its launch's end), 2 launches: "
+            "min 0.05 ms, median 0.07 ms, max 0.07 ms; last launch at +0.6 ms of 1.0 ms") in text
+    assert "      0.35 ms in    1 calls  cudaStreamSynchronize" in text
+
+
+def test_kernels_launched_before_the_window_count_with_their_launch(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    events = [_x("user_annotation", "poc_batch", 680, 320)] + _trace()["traceEvents"][1:]  # type: ignore[index]
+    path.write_text(json.dumps({"traceEvents": events}))
+    # Only add_kernel starts in the window, launched 32 us before the window opened.
+    assert "1 launches: min 0.05 ms, median 0.05 ms, max 0.05 ms; last launch at -0.0 ms of 0.3 ms" in report(path, "poc_batch", rows=5)
