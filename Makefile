@@ -231,6 +231,8 @@ go-check: go-proto-check
 
 GPU_WHEELS ?= .build/gpu-wheels
 GPU_SITE ?= .build/gpu-site
+# What gpu-check runs: tests/gpu, or some of its files (GPU_TESTS=tests/gpu/test_consensus.py).
+GPU_TESTS ?= tests/gpu
 GPU_FLASHINFER ?=
 GPU_REQUIREMENTS := gpu-offline-0.20.1.txt $(if $(GPU_FLASHINFER),gpu-offline-flashinfer-0.20.1.txt)
 # The platforms of the verified recipe: the vLLM wheel is manylinux_2_35; the others carry 2_28 or 2014 tags.
@@ -279,4 +281,4 @@ gpu-wheels-split: gpu-wheels
 # The source tree first, so its code wins over the copy in the project's wheel; then the offline install.
 gpu-check:
 	PYTHONPATH=$(CURDIR):$(CURDIR)/clients/python:$(abspath $(GPU_SITE))$${PYTHONPATH:+:$$PYTHONPATH} \
-	    $(PYTHON) -m pytest -q -p no:cacheprovider tests/gpu $(PYTEST_ARGS)
+	    $(PYTHON) -m pytest -q -p no:cacheprovider $(GPU_TESTS) $(PYTEST_ARGS)
