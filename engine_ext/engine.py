@@ -33,6 +33,7 @@ from engine_ext.packed_logprobs import request_packed_logprobs
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, PocBatch, PocBatchResult
 from engine_ext.request_outputs import RequestOutputReader
 from engine_ext.seams import seams_for_installed_vllm
+from engine_ext.vllm_version import UnsupportedVllmVersion, require_v1_model_runners
 from engine_ext.token_streams import TokenStreams, token_stream_possible
 
 log = logging.getLogger(__name__)
@@ -211,8 +212,9 @@ class MlnodeEngine:
         return self._llm.engine_core.call_utility_async("mlnode_poc_forward", batch.to_wire(), self.poc_compiled)
 
     async def require_extension(self) -> None:
-        """Fails unless the plugin ran in the engine core (VLLM_PLUGINS can exclude it): without its
-        seams the engine would serve, but wrongly."""
+        """Fails unless the plugin ran in the engine core (VLLM_PLUGINS can exclude it), and unless every worker
+        runs vLLM's V1 model runner: without the seams, or on a runner they do not reach, the engine would serve,
+        but wrongly."""
         try:
             await self.engine_core_report()
         except Exception as error:
@@ -220,6 +222,10 @@ class MlnodeEngine:
                 "the gonka_mlnode vLLM plugin is not active in the engine core; if VLLM_PLUGINS is set, "
                 f"it must include gonka_mlnode ({error})"
             ) from error
+        try:
+            require_v1_model_runners(await self.worker_reports())
+        except UnsupportedVllmVersion as error:
+            raise ExtensionMissing(str(error)) from error
 
     async def engine_core_report(self) -> dict[str, Any]:
         return await self._utility("mlnode_process_report")

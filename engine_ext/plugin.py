@@ -7,8 +7,6 @@ calls the server uses.
 
 from __future__ import annotations
 
-import os
-
 PLUGIN_NAME = "gonka_mlnode"
 PLUGIN_GROUP = "vllm.general_plugins"
 
@@ -38,9 +36,8 @@ def register() -> None:
 
     from engine_ext.engine_core_utilities import add_engine_core_utilities
     from engine_ext.seams import install_seams
-    from engine_ext.vllm_version import require_supported_vllm, require_v1_model_runner
+    from engine_ext.vllm_version import require_supported_vllm
 
     require_supported_vllm(vllm.__version__)
-    require_v1_model_runner(os.environ.get("VLLM_USE_V2_MODEL_RUNNER", "0") not in ("", "0"))
     install_seams(is_cpu_platform=current_platform.is_cpu())
     add_engine_core_utilities()

@@ -6,7 +6,10 @@ is refused before an engine starts.
 
 from __future__ import annotations
 
-SUPPORTED_VLLM_VERSIONS: tuple[str, ...] = ("0.15.1", "0.20.1")
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+SUPPORTED_VLLM_VERSIONS: tuple[str, ...] = ("0.25.1", "0.28.0")
 
 
 class UnsupportedVllmVersion(RuntimeError):
@@ -33,10 +36,15 @@ def require_supported_vllm(installed: str) -> None:
         )
 
 
-def require_v1_model_runner(use_v2_model_runner: bool) -> None:
-    # The V2 runner has no logits processors or BatchUpdate; the seams assume the V1 runner.
-    if use_v2_model_runner:
+def require_v1_model_runners(worker_reports: Iterable[Mapping[str, Any]]) -> None:
+    """Each worker's report (engine_ext.process_report) names the model runner it built and whether it is vLLM's V1
+    runner. vLLM 0.25 and later build the V2 runner by default for dense models on CUDA and fall back to V1 only for
+    what V2 lacks (this project's logits processor among it), so what was built is checked, not what was asked for:
+    the V2 runner has no logits processors or BatchUpdate, and the seams assume the V1 runner's sampler and
+    persistent batch."""
+    refused = sorted({report["model_runner"] for report in worker_reports if not report["v1_model_runner"]})
+    if refused:
         raise UnsupportedVllmVersion(
-            "VLLM_USE_V2_MODEL_RUNNER=1 is not supported: gonka-mlnode's engine seams need vLLM's V1 "
-            "model runner. Unset the variable."
+            f"the engine built vLLM's model runner {', '.join(refused)}, which gonka-mlnode's engine seams do not "
+            "support: they need vLLM's V1 model runner. Unset VLLM_USE_V2_MODEL_RUNNER or set it to 0."
         )

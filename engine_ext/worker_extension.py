@@ -10,9 +10,9 @@ WORKER_EXTENSION_CLASS = "engine_ext.worker_extension.MlnodeWorkerExtension"
 
 class MlnodeWorkerExtension:
     def mlnode_process_report(self) -> dict[str, Any]:
-        from engine_ext.process_report import describe_this_process
+        from engine_ext.process_report import describe_this_process, describe_model_runner
 
-        return describe_this_process()
+        return {**describe_this_process(), **describe_model_runner(self.model_runner)}
 
     def mlnode_poc_forward(self, wire_batch: dict[str, Any], block_ids: list[list[int]], compiled: bool) -> dict[str, Any] | None:
         """One PoC batch on this rank (engine_ext.poc.worker_forward), on KV blocks the engine core

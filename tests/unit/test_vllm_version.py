@@ -5,17 +5,17 @@ from __future__ import annotations
 import pytest
 import vllm
 
-from engine_ext.vllm_version import UnsupportedVllmVersion, require_supported_vllm, require_v1_model_runner
+from engine_ext.vllm_version import UnsupportedVllmVersion, require_supported_vllm, require_v1_model_runners
 
 
-@pytest.mark.parametrize("version", ["0.15.1", "0.15.1+cpu", "0.15.1+cu128", "0.20.1", "0.20.1+cpu", "0.20.1+cu130"])
+@pytest.mark.parametrize("version", ["0.25.1", "0.25.1+cpu", "0.25.1+cu130", "0.28.0", "0.28.0+cpu", "0.28.0+cu130"])
 def test_the_verified_releases_are_accepted(version: str) -> None:
     require_supported_vllm(version)
 
 
-@pytest.mark.parametrize("version", ["0.20.0", "0.20.2", "0.15.0", "0.16.0rc1", "0.15.2", "0.21.0"])
+@pytest.mark.parametrize("version", ["0.15.1", "0.20.1", "0.30.0", "0.25.0", "0.25.2", "0.28.1", "0.28.0rc1", "0.26.0"])
 def test_other_releases_are_refused_with_a_clear_message(version: str) -> None:
-    with pytest.raises(UnsupportedVllmVersion, match=rf"supports vLLM 0\.15\.1, 0\.20\.1 only, but vLLM {version} is installed"):
+    with pytest.raises(UnsupportedVllmVersion, match=rf"supports vLLM 0\.25\.1, 0\.28\.0 only, but vLLM {version} is installed"):
         require_supported_vllm(version)
 
 
@@ -41,6 +41,22 @@ def test_the_engine_factory_refuses_before_starting_anything(monkeypatch: pytest
         engine_factory.create_engine(settings, EngineCalls(1.0, 5.0))
 
 
-def test_the_v2_model_runner_is_refused() -> None:
-    with pytest.raises(UnsupportedVllmVersion, match="VLLM_USE_V2_MODEL_RUNNER"):
-        require_v1_model_runner(True)
+def test_a_v2_model_runner_built_by_any_worker_is_refused_by_name() -> None:
+    v1 = {"model_runner": "vllm.v1.worker.cpu_model_runner.CPUModelRunner", "v1_model_runner": True}
+    v2 = {"model_runner": "vllm.v1.worker.gpu.model_runner.GPUModelRunner", "v1_model_runner": False}
+    require_v1_model_runners([v1, v1])
+    with pytest.raises(UnsupportedVllmVersion, match=r"model runner vllm\.v1\.worker\.gpu\.model_runner\.GPUModelRunner.*V1 model runner"):
+        require_v1_model_runners([v1, v2])
+
+
+def test_the_runner_report_tells_vllms_v1_runners_from_the_v2_ones() -> None:
+    """Read off vLLM's own classes: a V1 runner of any platform derives from the GPU V1 runner, a V2 runner does not."""
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+    from vllm.v1.worker.gpu.model_runner import GPUModelRunner as GPUModelRunnerV2
+
+    from engine_ext.process_report import describe_model_runner
+
+    v1 = describe_model_runner(CPUModelRunner.__new__(CPUModelRunner))
+    v2 = describe_model_runner(GPUModelRunnerV2.__new__(GPUModelRunnerV2))
+    assert v1 == {"model_runner": "vllm.v1.worker.cpu_model_runner.CPUModelRunner", "v1_model_runner": True}
+    assert v2 == {"model_runner": "vllm.v1.worker.gpu.model_runner.GPUModelRunner", "v1_model_runner": False}

@@ -13,8 +13,9 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from google.protobuf import json_format
 from google.protobuf.message import Message
+
+from gonka.mlnode.client.proto_json import message_to_dict
 
 STDIN = "-"
 
@@ -43,11 +44,7 @@ def wants_progress(args: argparse.Namespace) -> bool:
 
 def message_json(message: Message) -> str:
     """One line of JSON."""
-    return json.dumps(
-        json_format.MessageToDict(
-            message, preserving_proto_field_name=True, always_print_fields_with_no_presence=True, unquote_int64_if_possible=True
-        )
-    )
+    return json.dumps(message_to_dict(message, print_defaults=True))
 
 
 def print_message(message: Message, as_json: bool, out: TextIO) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 
 from google.protobuf import json_format
 
+from gonka.mlnode.client.proto_json import message_to_dict
 from gonka.mlnode.client.requests import SAMPLING_FIELDS, build_request
 from gonka.mlnode.client.results import Output
 from gonka.mlnode.client.validation import MODES, inference_item
@@ -48,7 +49,7 @@ def record(request: pb.GenerateRequest, output: Output, mode: str | None) -> dic
             "(ask with chain_top_logprobs and top_logprobs >= 1)"
         )
     item: dict[str, Any] = {
-        "request": json_format.MessageToDict(request, preserving_proto_field_name=True, unquote_int64_if_possible=True),
+        "request": message_to_dict(request),
         "token_ids": list(output.token_ids),
         "top_logprobs": [{str(token): logprob for token, logprob in top.items()} for top in output.logprobs.chain_top],
     }

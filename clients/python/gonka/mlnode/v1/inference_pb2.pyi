@@ -87,7 +87,7 @@ class ChatInput(_message.Message):
     messages: _containers.RepeatedCompositeFieldContainer[ChatMessage]
     add_generation_prompt: bool
     template_kwargs: _struct_pb2.Struct
-    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., add_generation_prompt: _Optional[bool] = ..., template_kwargs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
+    def __init__(self, messages: _Optional[_Iterable[_Union[ChatMessage, _Mapping]]] = ..., add_generation_prompt: bool = ..., template_kwargs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ...) -> None: ...
 
 class SamplingOptions(_message.Message):
     __slots__ = ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "max_tokens", "min_tokens", "stop", "stop_token_ids", "ignore_eos", "n", "skip_special_tokens", "include_stop_str_in_output")
@@ -123,7 +123,7 @@ class SamplingOptions(_message.Message):
     n: int
     skip_special_tokens: bool
     include_stop_str_in_output: bool
-    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., min_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: _Optional[bool] = ..., n: _Optional[int] = ..., skip_special_tokens: _Optional[bool] = ..., include_stop_str_in_output: _Optional[bool] = ...) -> None: ...
+    def __init__(self, temperature: _Optional[float] = ..., top_p: _Optional[float] = ..., top_k: _Optional[int] = ..., min_p: _Optional[float] = ..., presence_penalty: _Optional[float] = ..., frequency_penalty: _Optional[float] = ..., repetition_penalty: _Optional[float] = ..., seed: _Optional[int] = ..., max_tokens: _Optional[int] = ..., min_tokens: _Optional[int] = ..., stop: _Optional[_Iterable[str]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., ignore_eos: bool = ..., n: _Optional[int] = ..., skip_special_tokens: bool = ..., include_stop_str_in_output: bool = ...) -> None: ...
 
 class LogprobsOptions(_message.Message):
     __slots__ = ("top_logprobs", "prompt_logprobs", "mode", "chain_top_logprobs")
@@ -135,7 +135,7 @@ class LogprobsOptions(_message.Message):
     prompt_logprobs: int
     mode: LogprobsMode
     chain_top_logprobs: bool
-    def __init__(self, top_logprobs: _Optional[int] = ..., prompt_logprobs: _Optional[int] = ..., mode: _Optional[_Union[LogprobsMode, str]] = ..., chain_top_logprobs: _Optional[bool] = ...) -> None: ...
+    def __init__(self, top_logprobs: _Optional[int] = ..., prompt_logprobs: _Optional[int] = ..., mode: _Optional[_Union[LogprobsMode, str]] = ..., chain_top_logprobs: bool = ...) -> None: ...
 
 class StructuredOutput(_message.Message):
     __slots__ = ("json_schema", "regex", "grammar", "choice", "json_object")
@@ -149,7 +149,7 @@ class StructuredOutput(_message.Message):
     grammar: str
     choice: ChoiceList
     json_object: bool
-    def __init__(self, json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., grammar: _Optional[str] = ..., choice: _Optional[_Union[ChoiceList, _Mapping]] = ..., json_object: _Optional[bool] = ...) -> None: ...
+    def __init__(self, json_schema: _Optional[str] = ..., regex: _Optional[str] = ..., grammar: _Optional[str] = ..., choice: _Optional[_Union[ChoiceList, _Mapping]] = ..., json_object: bool = ...) -> None: ...
 
 class ChoiceList(_message.Message):
     __slots__ = ("choices",)
@@ -169,7 +169,7 @@ class StreamOptions(_message.Message):
     final_only: bool
     coalesce_ms: int
     include_prompt_token_ids: bool
-    def __init__(self, max_tokens_per_message: _Optional[int] = ..., include_text: _Optional[bool] = ..., final_only: _Optional[bool] = ..., coalesce_ms: _Optional[int] = ..., include_prompt_token_ids: _Optional[bool] = ...) -> None: ...
+    def __init__(self, max_tokens_per_message: _Optional[int] = ..., include_text: bool = ..., final_only: bool = ..., coalesce_ms: _Optional[int] = ..., include_prompt_token_ids: bool = ...) -> None: ...
 
 class GenerateResponse(_message.Message):
     __slots__ = ("request_id", "output_index", "tokens", "text", "prompt_logprobs", "finish", "prompt_token_ids")
@@ -281,13 +281,13 @@ class GetModelInfoResponse(_message.Message):
     max_prompt_chars: int
     max_request_bytes: int
     template_variables: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, served_model_name: _Optional[str] = ..., model_path: _Optional[str] = ..., max_context_length: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_id: _Optional[int] = ..., bos_token_id: _Optional[int] = ..., dtype: _Optional[str] = ..., max_logprobs: _Optional[int] = ..., tensor_parallel_size: _Optional[int] = ..., has_chat_template: _Optional[bool] = ..., tokenizer_max_token_id: _Optional[int] = ..., max_prompt_chars: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., template_variables: _Optional[_Iterable[str]] = ...) -> None: ...
+    def __init__(self, served_model_name: _Optional[str] = ..., model_path: _Optional[str] = ..., max_context_length: _Optional[int] = ..., vocab_size: _Optional[int] = ..., eos_token_id: _Optional[int] = ..., bos_token_id: _Optional[int] = ..., dtype: _Optional[str] = ..., max_logprobs: _Optional[int] = ..., tensor_parallel_size: _Optional[int] = ..., has_chat_template: bool = ..., tokenizer_max_token_id: _Optional[int] = ..., max_prompt_chars: _Optional[int] = ..., max_request_bytes: _Optional[int] = ..., template_variables: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetServerStatusRequest(_message.Message):
     __slots__ = ("include_engine_processes",)
     INCLUDE_ENGINE_PROCESSES_FIELD_NUMBER: _ClassVar[int]
     include_engine_processes: bool
-    def __init__(self, include_engine_processes: _Optional[bool] = ...) -> None: ...
+    def __init__(self, include_engine_processes: bool = ...) -> None: ...
 
 class GetServerStatusResponse(_message.Message):
     __slots__ = ("running_requests", "waiting_requests", "kv_cache_usage", "active_streams", "uptime_seconds", "versions", "engine_processes", "engine_problem", "contract_revision", "contract_digest", "inference_gate_closed", "poc_round_id")
@@ -315,7 +315,7 @@ class GetServerStatusResponse(_message.Message):
     contract_digest: str
     inference_gate_closed: bool
     poc_round_id: str
-    def __init__(self, running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., active_streams: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., versions: _Optional[_Union[Versions, _Mapping]] = ..., engine_processes: _Optional[_Iterable[_Union[EngineProcess, _Mapping]]] = ..., engine_problem: _Optional[str] = ..., contract_revision: _Optional[int] = ..., contract_digest: _Optional[str] = ..., inference_gate_closed: _Optional[bool] = ..., poc_round_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., active_streams: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., versions: _Optional[_Union[Versions, _Mapping]] = ..., engine_processes: _Optional[_Iterable[_Union[EngineProcess, _Mapping]]] = ..., engine_problem: _Optional[str] = ..., contract_revision: _Optional[int] = ..., contract_digest: _Optional[str] = ..., inference_gate_closed: bool = ..., poc_round_id: _Optional[str] = ...) -> None: ...
 
 class EngineProcess(_message.Message):
     __slots__ = ("role", "pid", "vllm_version", "seams")

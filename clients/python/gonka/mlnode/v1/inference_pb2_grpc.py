@@ -5,7 +5,7 @@ import warnings
 
 from gonka.mlnode.v1 import inference_pb2 as gonka_dot_mlnode_dot_v1_dot_inference__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.80.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -25,7 +25,7 @@ if _version_not_supported:
     )
 
 
-class InferenceServiceStub:
+class InferenceServiceStub(object):
     """Streamed token generation on the node's model (vLLM V1 engine).
 
     Errors carry google.rpc.Status details in the grpc-status-details-bin trailer: an ErrorInfo
@@ -70,7 +70,7 @@ class InferenceServiceStub:
                 _registered_method=True)
 
 
-class InferenceServiceServicer:
+class InferenceServiceServicer(object):
     """Streamed token generation on the node's model (vLLM V1 engine).
 
     Errors carry google.rpc.Status details in the grpc-status-details-bin trailer: an ErrorInfo
@@ -167,7 +167,7 @@ def add_InferenceServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class InferenceService:
+class InferenceService(object):
     """Streamed token generation on the node's model (vLLM V1 engine).
 
     Errors carry google.rpc.Status details in the grpc-status-details-bin trailer: an ErrorInfo

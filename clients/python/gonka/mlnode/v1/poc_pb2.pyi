@@ -65,7 +65,7 @@ class StartRoundRequest(_message.Message):
     batch_size: int
     stronger_rng: bool
     callback_url: str
-    def __init__(self, block_hash: _Optional[str] = ..., block_height: _Optional[int] = ..., public_key: _Optional[str] = ..., node_id: _Optional[int] = ..., node_count: _Optional[int] = ..., group_id: _Optional[int] = ..., group_count: _Optional[int] = ..., params: _Optional[_Union[PocParams, _Mapping]] = ..., batch_size: _Optional[int] = ..., stronger_rng: _Optional[bool] = ..., callback_url: _Optional[str] = ...) -> None: ...
+    def __init__(self, block_hash: _Optional[str] = ..., block_height: _Optional[int] = ..., public_key: _Optional[str] = ..., node_id: _Optional[int] = ..., node_count: _Optional[int] = ..., group_id: _Optional[int] = ..., group_count: _Optional[int] = ..., params: _Optional[_Union[PocParams, _Mapping]] = ..., batch_size: _Optional[int] = ..., stronger_rng: bool = ..., callback_url: _Optional[str] = ...) -> None: ...
 
 class StartRoundResponse(_message.Message):
     __slots__ = ("status",)
@@ -217,7 +217,7 @@ class ComputeArtifactsRequest(_message.Message):
     stronger_rng: bool
     nonces: _containers.RepeatedScalarFieldContainer[int]
     batch_size: int
-    def __init__(self, block_hash: _Optional[str] = ..., public_key: _Optional[str] = ..., params: _Optional[_Union[PocParams, _Mapping]] = ..., stronger_rng: _Optional[bool] = ..., nonces: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ...) -> None: ...
+    def __init__(self, block_hash: _Optional[str] = ..., public_key: _Optional[str] = ..., params: _Optional[_Union[PocParams, _Mapping]] = ..., stronger_rng: bool = ..., nonces: _Optional[_Iterable[int]] = ..., batch_size: _Optional[int] = ...) -> None: ...
 
 class ComputeArtifactsResponse(_message.Message):
     __slots__ = ("batch", "kv_blocks_note")

@@ -5,7 +5,7 @@ import warnings
 
 from gonka.mlnode.v1 import poc_pb2 as gonka_dot_mlnode_dot_v1_dot_poc__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.80.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -25,7 +25,7 @@ if _version_not_supported:
     )
 
 
-class PocServiceStub:
+class PocServiceStub(object):
     """Proof of Compute v2 on the served model (../shared/spec/poc-v2.md): mining rounds whose
     artifacts stream to any number of subscribers, and artifacts of explicit nonces on demand.
 
@@ -84,7 +84,7 @@ class PocServiceStub:
                 _registered_method=True)
 
 
-class PocServiceServicer:
+class PocServiceServicer(object):
     """Proof of Compute v2 on the served model (../shared/spec/poc-v2.md): mining rounds whose
     artifacts stream to any number of subscribers, and artifacts of explicit nonces on demand.
 
@@ -238,7 +238,7 @@ def add_PocServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class PocService:
+class PocService(object):
     """Proof of Compute v2 on the served model (../shared/spec/poc-v2.md): mining rounds whose
     artifacts stream to any number of subscribers, and artifacts of explicit nonces on demand.
 

@@ -42,7 +42,7 @@ class InferenceItem(_message.Message):
     mode: _inference_pb2.LogprobsMode
     threshold: float
     executor_could_not_serve: bool
-    def __init__(self, request: _Optional[_Union[_inference_pb2.GenerateRequest, _Mapping]] = ..., positions: _Optional[_Union[ExecutorPositions, _Mapping]] = ..., mode: _Optional[_Union[_inference_pb2.LogprobsMode, str]] = ..., threshold: _Optional[float] = ..., executor_could_not_serve: _Optional[bool] = ...) -> None: ...
+    def __init__(self, request: _Optional[_Union[_inference_pb2.GenerateRequest, _Mapping]] = ..., positions: _Optional[_Union[ExecutorPositions, _Mapping]] = ..., mode: _Optional[_Union[_inference_pb2.LogprobsMode, str]] = ..., threshold: _Optional[float] = ..., executor_could_not_serve: bool = ...) -> None: ...
 
 class ExecutorPositions(_message.Message):
     __slots__ = ("token_ids", "top_k", "top_ids", "top_logprobs")
@@ -90,7 +90,7 @@ class InferenceVerdict(_message.Message):
     mode: _inference_pb2.LogprobsMode
     mode_detected: bool
     replayed_tokens: int
-    def __init__(self, passed: _Optional[bool] = ..., distance: _Optional[float] = ..., similarity: _Optional[float] = ..., failure: _Optional[_Union[InferenceFailure, str]] = ..., first_differing_position: _Optional[int] = ..., executor_token_id: _Optional[int] = ..., replay_token_id: _Optional[int] = ..., top_ids_found: _Optional[float] = ..., mode: _Optional[_Union[_inference_pb2.LogprobsMode, str]] = ..., mode_detected: _Optional[bool] = ..., replayed_tokens: _Optional[int] = ...) -> None: ...
+    def __init__(self, passed: bool = ..., distance: _Optional[float] = ..., similarity: _Optional[float] = ..., failure: _Optional[_Union[InferenceFailure, str]] = ..., first_differing_position: _Optional[int] = ..., executor_token_id: _Optional[int] = ..., replay_token_id: _Optional[int] = ..., top_ids_found: _Optional[float] = ..., mode: _Optional[_Union[_inference_pb2.LogprobsMode, str]] = ..., mode_detected: bool = ..., replayed_tokens: _Optional[int] = ...) -> None: ...
 
 class ItemError(_message.Message):
     __slots__ = ("code", "reason", "field", "message", "retryable")
@@ -104,7 +104,7 @@ class ItemError(_message.Message):
     field: str
     message: str
     retryable: bool
-    def __init__(self, code: _Optional[str] = ..., reason: _Optional[str] = ..., field: _Optional[str] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ...) -> None: ...
+    def __init__(self, code: _Optional[str] = ..., reason: _Optional[str] = ..., field: _Optional[str] = ..., message: _Optional[str] = ..., retryable: bool = ...) -> None: ...
 
 class PocStatTest(_message.Message):
     __slots__ = ("dist_threshold", "p_mismatch", "p_value_threshold")
@@ -150,7 +150,7 @@ class ValidatePocArtifactsRequest(_message.Message):
     batch_size: int
     callback_url: str
     request_id: str
-    def __init__(self, block_hash: _Optional[str] = ..., block_height: _Optional[int] = ..., public_key: _Optional[str] = ..., node_id: _Optional[int] = ..., params: _Optional[_Union[_poc_pb2.PocParams, _Mapping]] = ..., stronger_rng: _Optional[bool] = ..., artifacts: _Optional[_Iterable[_Union[ClaimedArtifact, _Mapping]]] = ..., stat_test: _Optional[_Union[PocStatTest, _Mapping]] = ..., batch_size: _Optional[int] = ..., callback_url: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
+    def __init__(self, block_hash: _Optional[str] = ..., block_height: _Optional[int] = ..., public_key: _Optional[str] = ..., node_id: _Optional[int] = ..., params: _Optional[_Union[_poc_pb2.PocParams, _Mapping]] = ..., stronger_rng: bool = ..., artifacts: _Optional[_Iterable[_Union[ClaimedArtifact, _Mapping]]] = ..., stat_test: _Optional[_Union[PocStatTest, _Mapping]] = ..., batch_size: _Optional[int] = ..., callback_url: _Optional[str] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class ValidatePocArtifactsResponse(_message.Message):
     __slots__ = ("progress", "summary")
@@ -188,4 +188,4 @@ class PocValidationSummary(_message.Message):
     p_value: float
     fraud_detected: bool
     kv_blocks_note: str
-    def __init__(self, n_total: _Optional[int] = ..., n_mismatch: _Optional[int] = ..., mismatch_nonces: _Optional[_Iterable[int]] = ..., p_value: _Optional[float] = ..., fraud_detected: _Optional[bool] = ..., kv_blocks_note: _Optional[str] = ...) -> None: ...
+    def __init__(self, n_total: _Optional[int] = ..., n_mismatch: _Optional[int] = ..., mismatch_nonces: _Optional[_Iterable[int]] = ..., p_value: _Optional[float] = ..., fraud_detected: bool = ..., kv_blocks_note: _Optional[str] = ...) -> None: ...

@@ -5,7 +5,7 @@ import warnings
 
 from gonka.mlnode.v1 import validation_pb2 as gonka_dot_mlnode_dot_v1_dot_validation__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.80.0'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -25,7 +25,7 @@ if _version_not_supported:
     )
 
 
-class ValidationServiceStub:
+class ValidationServiceStub(object):
     """Validation of other nodes' work on this node's engine.
 
     Errors carry google.rpc.Status details as InferenceService describes (ErrorInfo with an
@@ -61,7 +61,7 @@ class ValidationServiceStub:
                 _registered_method=True)
 
 
-class ValidationServiceServicer:
+class ValidationServiceServicer(object):
     """Validation of other nodes' work on this node's engine.
 
     Errors carry google.rpc.Status details as InferenceService describes (ErrorInfo with an
@@ -147,7 +147,7 @@ def add_ValidationServiceServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class ValidationService:
+class ValidationService(object):
     """Validation of other nodes' work on this node's engine.
 
     Errors carry google.rpc.Status details as InferenceService describes (ErrorInfo with an
