@@ -124,7 +124,9 @@ def test_a_disabled_grammar_passes_vllms_speculative_bitmask_path(backend: Xgram
     grammar = yes_or_no(backend)
     grammar.accept_tokens("replay-3", [token.outside])
     manager = StructuredOutputManager.__new__(StructuredOutputManager)  # only what grammar_bitmask reads
-    manager.vllm_config = SimpleNamespace(num_speculative_tokens=2, scheduler_config=SimpleNamespace(max_num_seqs=1))
+    manager.vllm_config = SimpleNamespace(
+        num_speculative_tokens=2, scheduler_config=SimpleNamespace(max_num_seqs=1), model_config=SimpleNamespace(is_diffusion=False)
+    )
     manager.backend, manager._grammar_bitmask = backend, None
     manager.reasoner = manager.reasoner_cls = None  # no reasoning parser
     manager._full_mask = torch.tensor(-1, dtype=torch.int32)
