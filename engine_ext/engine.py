@@ -111,7 +111,7 @@ class MlnodeEngine:
         prompt = TokensPrompt(prompt_token_ids=request.prompt_token_ids)
         try:
             engine_request = await self._seams.engine_request(llm, request.request_id, prompt, params)
-        except ValueError as error:
+        except self._seams.REQUEST_REFUSALS as error:
             part = "constraint" if request.constraint is not None else "request"
             raise RequestRejected(str(error), part) from error
         if not streamed:

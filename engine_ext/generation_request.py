@@ -16,6 +16,7 @@ from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOu
 from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.errors import RequestRejected
 from engine_ext.replay_rows import LOGPROBS_MODE_ARG, REPLAY_TOKENS_ARG
+from engine_ext.seams import seams_for_installed_vllm
 
 # Sampling options the server passes through by these names (the contract's SamplingOptions).
 SAMPLING_OPTION_NAMES = frozenset(
@@ -99,7 +100,7 @@ def sampling_params(request: GenerationRequest, logprobs_mode: LogprobsMode, eos
             output_kind=RequestOutputKind.FINAL_ONLY if request.final_only else RequestOutputKind.DELTA,
             extra_args=extra_args or None,
         )
-    except ValueError as error:
+    except seams_for_installed_vllm().REQUEST_REFUSALS as error:
         raise RequestRejected(str(error), part="sampling") from error
 
 

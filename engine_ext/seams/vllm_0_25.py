@@ -14,6 +14,10 @@ from typing import Any
 
 from engine_ext.seams.common import install_shared_seams, marks_on, shared_seams, shared_targets
 
+# What vLLM raises for a request it refuses (bad sampling options, a prompt too long...): 0.25's own validation
+# error derives from ValueError, as every refusal does.
+REQUEST_REFUSALS: tuple[type[Exception], ...] = (ValueError,)
+
 
 def install_seams(is_cpu_platform: bool) -> None:
     install_shared_seams(is_cpu_platform)

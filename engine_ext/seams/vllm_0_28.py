@@ -12,7 +12,13 @@ from __future__ import annotations
 import contextlib
 from typing import Any
 
+from vllm.exceptions import VLLMClientError
+
 from engine_ext.seams.common import install_shared_seams, marks_on, shared_seams, shared_targets
+
+# What vLLM raises for a request it refuses: 0.28 moved its validation error (VLLMValidationError) under a
+# VLLMClientError of its own, no longer a ValueError; other checks still raise ValueError.
+REQUEST_REFUSALS: tuple[type[Exception], ...] = (ValueError, VLLMClientError)
 
 
 def install_seams(is_cpu_platform: bool) -> None:

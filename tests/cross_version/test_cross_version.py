@@ -18,7 +18,7 @@ from gonka.mlnode.v1 import validation_pb2 as vpb
 from tests.support.server_process import REPO_ROOT, SHARED_SERVER_FLAGS, ServerProcess, start_server
 
 # The virtualenv of each supported release, as the Makefile names them.
-RELEASE_VENVS = {"0.15.1": REPO_ROOT / ".venv", "0.20.1": REPO_ROOT / ".venv-vllm-0.20.1"}
+RELEASE_VENVS = {"0.25.1": REPO_ROOT / ".venv", "0.28.0": REPO_ROOT / ".venv-vllm-0.28.0"}
 PROMPTS = [[9707, 1879, 11, 419, 374, 264, 1273], [785, 3974, 13876, 38835, 34208, 916, 279, 15678, 5562, 13]]
 # Seeded temperature sampling: free greedy runs of the random-weight model flip near-tied argmaxes
 # between releases (../shared/vllm-seams.md 7); replays enforce the tokens, so they must agree anyway.
@@ -59,7 +59,7 @@ def test_each_server_runs_its_release(servers: dict[str, ServerProcess]) -> None
         assert {process.vllm_version.split("+")[0] for process in status.engine_processes} == {release}
 
 
-@pytest.mark.parametrize(("executor", "validator"), [("0.15.1", "0.20.1"), ("0.20.1", "0.15.1")])
+@pytest.mark.parametrize(("executor", "validator"), [("0.25.1", "0.28.0"), ("0.28.0", "0.25.1")])
 @pytest.mark.parametrize("mode", ["processed", "raw"])
 def test_an_inference_served_on_one_release_replays_on_the_other(
     servers: dict[str, ServerProcess], executor: str, validator: str, mode: str
@@ -91,14 +91,14 @@ def artifacts_on(server: ServerProcess) -> dict[int, np.ndarray]:
 
 
 def test_artifacts_agree_across_releases_within_the_networks_tolerance(servers: dict[str, ServerProcess]) -> None:
-    old, new = artifacts_on(servers["0.15.1"]), artifacts_on(servers["0.20.1"])
+    old, new = artifacts_on(servers["0.25.1"]), artifacts_on(servers["0.28.0"])
     assert sorted(old) == sorted(new) == NONCES
     distances = [float(np.linalg.norm(old[nonce] - new[nonce])) for nonce in NONCES]
     print(f"artifact L2 between releases: max {max(distances):.5f}, mean {np.mean(distances):.5f}")
     assert max(distances) <= ARTIFACT_L2
 
 
-@pytest.mark.parametrize(("prover", "validator"), [("0.15.1", "0.20.1"), ("0.20.1", "0.15.1")])
+@pytest.mark.parametrize(("prover", "validator"), [("0.25.1", "0.28.0"), ("0.28.0", "0.25.1")])
 def test_artifacts_computed_on_one_release_validate_on_the_other(servers: dict[str, ServerProcess], prover: str, validator: str) -> None:
     with InferenceClient(servers[prover].target) as client:
         model = client.model_info().served_model_name
