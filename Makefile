@@ -51,7 +51,7 @@ QUIET := 2>&1 | { grep -v "is neither a file nor a directory" || true; }
 ARGS ?=
 PYTEST_ARGS ?=
 
-.PHONY: help setup run test test-all pytest cross-version-test proto proto-check proto-lint proto-breaking contract buf model bench clean lock
+.PHONY: help setup run test test-all pytest cross-version-test codegen proto proto-check proto-lint proto-breaking contract buf model bench clean lock
 
 help:
 	@echo "make run      serve the embedded model on 127.0.0.1:50051 (extra server flags: ARGS='...')"
@@ -147,11 +147,21 @@ cross-version-test:
 	$(MAKE) --no-print-directory setup VLLM=0.28.0
 	.venv/bin/python -m pytest tests/cross_version $(PYTEST_ARGS)
 
-proto: $(STAMPS)/dev
-	$(PY) protos/codegen.py
+# The stubs' generator, a tool with a virtualenv of its own (requirements/codegen.txt says why), like buf.
+CODEGEN_DIR := .build/codegen
+CODEGEN_PY := $(CODEGEN_DIR)/bin/python
+$(CODEGEN_DIR)/.installed: requirements/codegen.txt
+	rm -rf $(CODEGEN_DIR) && $(PYTHON) -m venv $(CODEGEN_DIR)
+	$(PIP_ENV) $(CODEGEN_PY) -m pip install -q --no-deps -r requirements/codegen.txt $(QUIET)
+	@touch $@
 
-proto-check: $(STAMPS)/dev
-	$(PY) protos/codegen.py --check
+codegen: $(CODEGEN_DIR)/.installed
+
+proto: codegen
+	$(CODEGEN_PY) protos/codegen.py
+
+proto-check: codegen
+	$(CODEGEN_PY) protos/codegen.py --check
 
 bench: setup
 	$(PY) benchmarks/serving_bench.py $(ARGS)

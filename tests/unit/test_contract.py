@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +27,8 @@ from protos.contract import RECORD_PATH, Record, previous_record, problems, read
 from protos.contract_base import Base, ContractBaseError, previous_contract
 
 REPO_ROOT = PROTOS.parent
+# The stubs' generator's own virtualenv (`make codegen`, requirements/codegen.txt).
+CODEGEN_PYTHON = REPO_ROOT / ".build" / "codegen" / "bin" / "python"
 INFERENCE_PROTO = "gonka/mlnode/v1/inference.proto"
 CONTRACT_FILES = ("gonka", "buf.yaml")
 
@@ -174,7 +175,9 @@ def test_a_directory_without_commits_fails(tmp_path: Path) -> None:
 
 
 def test_the_record_matches_the_stubs_and_the_previous_commit() -> None:
-    stale = subprocess.run([sys.executable, str(PROTOS / "codegen.py"), "--check"], capture_output=True, text=True)
+    if not CODEGEN_PYTHON.is_file():
+        pytest.fail(f"the stubs' generator is not installed at {CODEGEN_PYTHON.parent.parent}: run `make codegen`")
+    stale = subprocess.run([str(CODEGEN_PYTHON), str(PROTOS / "codegen.py"), "--check"], capture_output=True, text=True)
     assert stale.returncode == 0, f"{stale.stderr}(`make contract` regenerates the stubs and rewrites the record)"
     current = read_record((REPO_ROOT / RECORD_PATH).read_text())
     digest = stub_digest()
