@@ -173,4 +173,6 @@ def _aborted(step: GenerationStep) -> bool:
 
 
 def _engine_process(role: int, report: dict) -> pb.EngineProcess:
-    return pb.EngineProcess(role=role, pid=report["pid"], vllm_version=report["vllm_version"], seams=report["seams"])
+    return pb.EngineProcess(
+        role=role, pid=report["pid"], vllm_version=report["vllm_version"], seams=report["seams"], model_runner=report.get("model_runner", "")
+    )

@@ -24,8 +24,8 @@ from google.protobuf import descriptor_pb2
 import gonka.mlnode.v1
 
 # Written by `make contract`: the previous commit's revision, plus one when the digest changed.
-REVISION = 2
-DIGEST = "sha256:b2c282a52f00d35084dfdd4343d70746b2f9ad9234ef5ca63f3a602102b434cb"
+REVISION = 3
+DIGEST = "sha256:55bc4ce29a7abfb07c73f90fa64e9f81271125935e352f1e20e8362647d7f7c8"
 
 
 def stub_digest() -> str:
