@@ -2,7 +2,7 @@
 (../shared/vllm-seams.md 5.3): B causal sequences of S tokens, no prefix, each writing its keys and
 values only into the KV blocks borrowed for it.
 
-Reads model-runner internals that vLLM 0.15.1 and 0.20.1 both have (attn_groups, kv_cache_config,
+Reads model-runner internals that every supported vLLM has (attn_groups, kv_cache_config,
 input_batch.block_table); CommonAttentionMetadata is built from the fields this vLLM declares, so one
 function serves both versions.
 """
@@ -66,7 +66,7 @@ def build_forward_metadata(runner: Any, batch_size: int, seq_len: int, block_ids
         "causal": True,
         "_seq_lens_cpu": seq_lens_cpu,
         "_num_computed_tokens_cpu": torch.zeros(batch_size, dtype=torch.int32),
-        # vLLM 0.20 reads these (some backends assert the upper bound is set).
+        # vLLM (0.20 and later) reads these (some backends assert the upper bound is set).
         "seq_lens_cpu_upper_bound": seq_lens_cpu,
         "is_prefilling": torch.ones(batch_size, dtype=torch.bool, device=device),
         "positions": positions,

@@ -48,8 +48,8 @@ def decoder_layers(model: Any) -> DecoderLayers:
 
 
 # Decoder layers whose forward is exactly: the input norm (with the residual add after the first layer), attention,
-# the post-attention norm with the residual add, the MLP; returning (hidden, residual). Read in vLLM 0.15.1 and
-# 0.20.1; after the attention, every row is computed on its own.
+# the post-attention norm with the residual add, the MLP; returning (hidden, residual). Read in vLLM 0.15.1 to
+# 0.28.0; after the attention, every row is computed on its own.
 ROW_WISE_AFTER_ATTENTION = frozenset(
     {
         "vllm.model_executor.models.qwen2.Qwen2DecoderLayer",

@@ -29,7 +29,7 @@ POLL_INTERVAL_MS = 500
 MAX_TOKENS_PER_STEP = 2048
 # For servers whose tests are about the server around the engine (TLS and tokens, limits, liveness, metrics, shutdown,
 # spooling): vLLM without its compiled graph, the PoC forward uncompiled. A start took 18 s instead of 44 on 0.15.1,
-# 43 s instead of 64 on 0.20.1 (this CPU); the shared server, the cross-version servers and every test of what the
+# 43 s instead of 64 on 0.20.1 (this CPU, when those were the releases); the shared server, the cross-version servers and every test of what the
 # engine computes keep the production configuration.
 SERVER_LAYER_FLAGS = ["--enforce-eager", "--poc-forward", "eager"]
 SHARED_SERVER_FLAGS = [
