@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import grpc
 
 from engine_ext.consensus import DEFAULT_K, INT32_MAX
+from engine_ext.poc.batch_caps import PocBatchCap
 from gonka.mlnode.v1 import poc_pb2
 from server.errors import Reason, ServiceError, invalid_field
 
@@ -28,6 +29,8 @@ class PocLimits:
     # The most sequences in one engine step: a batch's B must fit it (FlashAttention 3's scheduler metadata
     # buffer on a GPU is sized by it; a larger batch failed there).
     max_num_seqs: int
+    # A bound on B that the engine's configuration imposes, and why (engine_ext.poc.batch_caps); None: none.
+    batch_cap: PocBatchCap | None = None
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,9 @@ def batch_size_of(request: object, seq_len: int, limits: PocLimits) -> int:
             f"must be at most the engine's max_num_seqs ({limits.max_num_seqs}), got {batch_size}; lower it, or start "
             "the server with a larger --max-num-seqs",
         )
+    cap = limits.batch_cap
+    if cap is not None and batch_size > cap.max_batch_size:
+        raise invalid_field("batch_size", f"must be at most {cap.max_batch_size} with {cap.reason}; got {batch_size}")
     return batch_size
 
 

@@ -80,4 +80,11 @@ class PocComponents:
 
 
 def poc_limits(facts: ModelFacts) -> PocLimits:
-    return PocLimits(facts.served_model_name, facts.max_model_len, facts.hidden_size, facts.max_num_batched_tokens, facts.max_num_seqs)
+    return PocLimits(
+        facts.served_model_name,
+        facts.max_model_len,
+        facts.hidden_size,
+        facts.max_num_batched_tokens,
+        facts.max_num_seqs,
+        facts.poc_batch_cap,
+    )
