@@ -255,8 +255,8 @@ GPU_SITE ?= .build/gpu-site
 # What gpu-check runs: tests/gpu, or some of its files (GPU_TESTS=tests/gpu/test_consensus.py).
 GPU_TESTS ?= tests/gpu
 GPU_REQUIREMENTS := gpu-offline-0.25.1.txt
-# The platforms of the verified recipe: the wheels carry manylinux 2_35, 2_28, 2014 or 1 tags.
-GPU_PLATFORMS := manylinux_2_35_x86_64 manylinux_2_28_x86_64 manylinux2014_x86_64 manylinux1_x86_64 any
+# The platforms of the verified recipe: the wheels carry manylinux tags from glibc 2.5 to 2.35.
+GPU_PLATFORMS := $(foreach glibc,35 31 28 27 26 24 17 5,manylinux_2_$(glibc)_x86_64) manylinux2014_x86_64 manylinux1_x86_64 any
 GPU_DOWNLOAD := $(PIP_ENV) $(PYTHON) -m pip download -q --no-deps --only-binary=:all: \
     --python-version 3.12 --implementation cp $(addprefix --platform ,$(GPU_PLATFORMS))
 # What this checkout's wheel is built from (tracked and new files; deleted ones are skipped).
