@@ -28,7 +28,7 @@ POLL_INTERVAL_MS = 500
 # - A fixed per-step token budget and prefix caching, which the chunked-prefill test relies on.
 MAX_TOKENS_PER_STEP = 2048
 # For servers whose tests are about the server around the engine (TLS and tokens, limits, liveness, metrics, shutdown,
-# spooling): vLLM without its compiled graph, the PoC forward uncompiled. A start took 18 s instead of 44 on 0.15.1,
+# the callback store): vLLM without its compiled graph, the PoC forward uncompiled. A start took 18 s instead of 44 on 0.15.1,
 # 43 s instead of 64 on 0.20.1 (this CPU); the shared server, the cross-version servers and every test of what the
 # engine computes keep the production configuration.
 SERVER_LAYER_FLAGS = ["--enforce-eager", "--poc-forward", "eager"]
@@ -62,7 +62,7 @@ def engine_environment(kv_cache_gib: int = 1) -> dict[str, str]:
     # A token in the developer's shell would lock the suite's servers; tests that want one set it.
     env.pop("MLNODE_AUTH_TOKEN", None)
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    # Test servers keep their callback spool (server.poc) out of the developer's own state folder, and out of
+    # Test servers keep their callback stores (server.poc) out of the developer's own state folder, and out of
     # another test run's (make test-all runs two releases' suites at once).
     env["XDG_STATE_HOME"] = str(state_home_of_test_servers())
     # Every engine process that runs inductor on a CPU (vLLM 0.20's sampler warm-up, compiled graphs) first probes
@@ -75,7 +75,7 @@ def engine_environment(kv_cache_gib: int = 1) -> dict[str, str]:
 
 def state_home_of_test_servers() -> Path:
     """The state folder of this process's test servers (XDG_STATE_HOME): shared by the servers one test run starts
-    one after another (a spool written by one is delivered by the next), apart from any other run's."""
+    one after another (a store left by one is delivered by the next on the same port), apart from any other run's."""
     return Path(tempfile.gettempdir()) / f"gonka-mlnode-test-state-{os.getpid()}"
 
 
