@@ -76,6 +76,7 @@ class CallbackSender:
         self._settled_kept_seconds = settled_kept_seconds
         self._clock = clock
         self._flush_requested = asyncio.Event()
+        self._closing = False
         self._main: asyncio.Task[None] | None = None
         self._workers: dict[str, asyncio.Task[None]] = {}
         # URLs whose worker is to look for due posts (again): set at every tick, taken by the worker.
@@ -101,9 +102,12 @@ class CallbackSender:
 
     async def close(self, flush_timeout_seconds: float) -> None:
         """One last pass at everything pending, for at most the time given; what is left stays in the store."""
+        # The main loop is told, not cancelled: a cancellation that meets a flush request inside wait_for is
+        # lost on Python 3.11 (wait_for returns the event's result instead), and the loop would run on.
+        self._closing = True
+        self.flush()
         if self._main is not None:
-            self._main.cancel()
-            await asyncio.wait({self._main})
+            await self._main
         self._tick()
         workers = set(self._workers.values())
         if workers:
@@ -118,7 +122,7 @@ class CallbackSender:
         self._store.close()
 
     async def _run(self) -> None:
-        while True:
+        while not self._closing:
             self._tick()
             self._purge_if_due()
             try:

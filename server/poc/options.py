@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,9 +24,10 @@ DEFAULT_GATE_RETRY_SECONDS = 5.0
 POC_FORWARDS = ("compiled", "eager")
 
 
-def default_callback_store(port: int) -> Path:
-    """One store per server: keyed by its port (two servers on one host never share a port)."""
-    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+def default_callback_store(port: int, environment: Mapping[str, str] = os.environ) -> Path:
+    """One store per server: keyed by its port (two servers on one host never share a port), in the state
+    folder (XDG_STATE_HOME) of `environment`."""
+    state_home = environment.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state_home) / "gonka-mlnode" / f"callbacks-port-{port}.sqlite3"
 
 

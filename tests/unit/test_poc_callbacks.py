@@ -375,6 +375,24 @@ def test_what_is_left_at_close_is_delivered_by_the_next_start_with_the_same_key(
     asyncio.run(scenario())
 
 
+def test_a_close_right_after_a_flush_request_returns(tmp_path: Path) -> None:
+    """A round's end asks for a flush just before the server's shutdown closes the sender (a SIGTERM during a
+    round): the close must not wait on a main loop that took the flush instead of the cancellation."""
+
+    async def scenario() -> None:
+        url = await down_url()
+        store = open_store(tmp_path / "callbacks.sqlite3")
+        async with aiohttp.ClientSession() as session:
+            sender = sender_of(store, session, SLOW, interval_seconds=60.0)
+            sender.start()
+            await asyncio.sleep(0.01)  # the main loop waits for a flush request
+            store.append(url + "/generated", {"artifacts": []}, ROUND, 0)
+            sender.flush()
+            await asyncio.wait_for(sender.close(0.05), GUARD_SECONDS)
+
+    asyncio.run(scenario())
+
+
 def test_validation_results_are_posted_alone_in_the_deployed_shape(tmp_path: Path) -> None:
     async def scenario() -> None:
         receiver = Receiver(statuses=[503])
