@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -102,6 +103,16 @@ class ServerProcess:
     def wait(self, timeout: float) -> int:
         return self.process.wait(timeout)
 
+    def kill_alone(self, timeout: float = 30.0) -> None:
+        """SIGKILL to the server process only, as the OOM killer sends it; then the same to the engine processes
+        it leaves behind (vLLM's engine core runs on when its parent is killed so, holding its memory)."""
+        orphans = _descendants(self.pid)
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout)
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
     def stop(self, timeout: float = 60.0) -> int | None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -111,6 +122,14 @@ class ServerProcess:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+def _descendants(pid: int) -> list[int]:
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            children += [int(child) for child in (task / "children").read_text().split()]
+    return [descendant for child in children for descendant in (child, *_descendants(child))]
 
 
 def start_server(
