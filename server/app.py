@@ -218,6 +218,7 @@ async def _serve_engine(
     await poc.shutdown()
     await _drain(engine, registry, trigger, options.shutdown_grace_seconds)
     await server.stop(grace=ABORT_FLUSH_SECONDS)
+    poc.close()
     if metrics is not None:
         await metrics.stop()
     tokenizers.close()

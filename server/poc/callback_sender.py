@@ -101,7 +101,8 @@ class CallbackSender:
         return self._store.pending_entries()
 
     async def close(self, flush_timeout_seconds: float) -> None:
-        """One last pass at everything pending, for at most the time given; what is left stays in the store."""
+        """One last pass at everything pending, for at most the time given; what is left stays in the store
+        (which stays open: a validation finishing during the shutdown still writes its result there)."""
         # The main loop is told, not cancelled: a cancellation that meets a flush request inside wait_for is
         # lost on Python 3.11 (wait_for returns the event's result instead), and the loop would run on.
         self._closing = True
@@ -119,7 +120,6 @@ class CallbackSender:
         left = self._store.pending_entries()
         if left:
             log.warning("callbacks: %d undelivered entries stay in %s for the next start", left, self._store.path)
-        self._store.close()
 
     async def _run(self) -> None:
         while not self._closing:

@@ -126,7 +126,10 @@ class RoundControl:
         return self._entry(round_id)[0]
 
     def callback_counts(self, round_id: str) -> RoundCounts | None:
-        callback = self._rounds[round_id][1]
+        """The round's callback deliveries; None without a callback_url (or for a round just forgotten, which
+        --poc-retention-s 0 allows between a StopRound's end and its answer)."""
+        entry = self._rounds.get(round_id)
+        callback = None if entry is None else entry[1]
         return None if callback is None else callback.counts()
 
     async def shutdown(self) -> None:

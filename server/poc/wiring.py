@@ -61,9 +61,15 @@ class PocComponents:
         self.sender.flush()
 
     async def shutdown(self) -> None:
+        """Stops the running round and delivery (after the flush bound); the store stays open for close()."""
         await self.control.shutdown()
         await self.sender.close(self.options.callback_flush_seconds)
         await self._session.close()
+
+    def close(self) -> None:
+        """Last: once no RPC runs any more (a validation that ends during the shutdown's grace writes its
+        result to the store, for the next start to deliver)."""
+        self.store.close()
 
     def _round_callback(self, round_id: str, params: RoundParameters) -> ArtifactCallback | None:
         if not params.callback_url:

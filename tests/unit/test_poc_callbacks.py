@@ -351,6 +351,7 @@ def test_what_is_left_at_close_is_delivered_by_the_next_start_with_the_same_key(
             add(callback, batch_of(2, [3]))  # waiting behind the body in retry
             counts = callback.counts()
             await sender.close(0.05)
+        store.close()
         assert counts == RoundCounts(delivered=0, pending=3, retrying=0, given_up=0, failed_attempts=1)
         assert states(path) == [(1, "pending"), (2, "pending")]
 
