@@ -6,8 +6,8 @@ It starts this server once (`python -m server`, the embedded model, its callback
 folder) and a receiver on 127.0.0.1 that accepts every POST, then runs --repeats cycles of one round of each
 kind (--seconds each, the order alternated from cycle to cycle) and prints the medians: nonces/s (first
 forward issued to last returned, the round's own figure), the time per batch outside the forward (where the
-store's write falls), and the ratio. First, without a server: the store's own append of one batch's body,
-committed, timed over --appends appends.
+store's write falls), and the ratio. First, without a server: one batch's write as a round does it (each
+vector in base64, the deployed body, the committed append), timed over --writes batches.
 
 Usage, from the repository root:
 
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import json
 import shlex
 import sys
@@ -32,10 +31,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc  # noqa: E402
+import numpy as np  # noqa: E402
 
 from gonka.mlnode.client import AsyncInferenceClient  # noqa: E402
 from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc  # noqa: E402
 from server.poc.callback_store import CallbackStore  # noqa: E402
+from server.poc.callbacks import ArtifactCallback, CallbackIdentity  # noqa: E402
 from server.poc.store_lock import StoreLock  # noqa: E402
 from tests.support.http_receiver import HttpReceiver  # noqa: E402
 from tests.support.server_process import start_server  # noqa: E402
@@ -43,17 +44,19 @@ from tests.support.server_process import start_server  # noqa: E402
 K = 12
 
 
-def append_seconds(folder: Path, appends: int, batch: int) -> float:
-    """Median seconds of one committed append of a batch's body (the deployed shape, `batch` artifacts)."""
-    store = CallbackStore(StoreLock.claim(folder / "append-bench.sqlite3"))
-    vector = base64.b64encode(bytes(2 * K)).decode()
-    body = {"public_key": "bench-key", "block_hash": "bench", "block_height": 1, "node_id": 0,
-            "artifacts": [{"nonce": nonce, "vector_b64": vector} for nonce in range(batch)],
-            "encoding": {"dtype": "f16", "k_dim": K, "endian": "le"}}
+def write_seconds(folder: Path, writes: int, batch: int) -> float:
+    """Median seconds a round spends writing one batch of `batch` artifacts to the store, as it does before
+    publishing it (ArtifactCallback.add: each vector in base64, the deployed body, the committed append)."""
+    store = CallbackStore(StoreLock.claim(folder / "write-bench.sqlite3"))
+    identity = CallbackIdentity(public_key="bench-key", block_hash="bench", block_height=1, node_id=0)
+    callback = ArtifactCallback("http://127.0.0.1:1", identity, K, "bench-round", store, flush=lambda: None)
+    rng = np.random.default_rng(0)
     times = []
-    for _ in range(appends):
+    for index in range(writes):
+        nonces = range(index * batch, (index + 1) * batch)
+        vectors = rng.standard_normal((batch, K)).astype("<f2").tobytes()
         started = time.perf_counter()
-        store.append("http://127.0.0.1:1/generated", body, "bench-round", batch)
+        callback.add(nonces, vectors)
         times.append(time.perf_counter() - started)
     store.close()
     return median(times)
@@ -99,15 +102,15 @@ def main() -> None:
     parser.add_argument("--shape", default="256x32", help="seq_len x batch (default %(default)s)")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=10.0, help="each round's length")
-    parser.add_argument("--appends", type=int, default=2000)
+    parser.add_argument("--writes", type=int, default=2000)
     parser.add_argument("--server-flags", default="", help="more server and vLLM flags, one string")
     parser.add_argument("--server-log", type=Path, help="keep the server's log here")
     args = parser.parse_args()
     batch = int(args.shape.lower().split("x")[1])
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
-        append = append_seconds(folder, args.appends, batch)
-        print(f"store append of one {batch}-artifact body, committed: median {1e6 * append:.0f} us over {args.appends}")
+        write = write_seconds(folder, args.writes, batch)
+        print(f"one {batch}-artifact batch written to the store, committed: median {1e6 * write:.0f} us over {args.writes}")
         flags = ["--callback-store", str(folder / "callbacks.sqlite3"), *shlex.split(args.server_flags)]
         with HttpReceiver() as receiver:
             server = start_server(args.server_log or folder / "server.log", flags)

@@ -4,13 +4,12 @@ the store's sender (server.poc.callback_sender) delivers them."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from engine_ext.consensus.artifact import encoding_metadata
 
 from .artifacts import vector_b64
-from .callback_sender import CallbackSender
 from .callback_store import CallbackStore, RoundCounts
 
 
@@ -30,8 +29,9 @@ def generated_url(url: str) -> str:
 
 class ArtifactCallback:
     def __init__(
-        self, url: str, identity: CallbackIdentity, k_dim: int, round_id: str, store: CallbackStore, sender: CallbackSender
+        self, url: str, identity: CallbackIdentity, k_dim: int, round_id: str, store: CallbackStore, flush: Callable[[], None]
     ) -> None:
+        """`flush`: asks the store's sender to send what is pending now (CallbackSender.flush)."""
         self.generated_url = generated_url(url)
         self._fields = {
             "public_key": identity.public_key,
@@ -43,7 +43,7 @@ class ArtifactCallback:
         self._k_dim = k_dim
         self._round_id = round_id
         self._store = store
-        self._sender = sender
+        self._flush = flush
 
     def add(self, nonces: Sequence[int], vectors: bytes) -> None:
         """One batch, on disk when this returns (the deployed body: identity, artifacts, encoding)."""
@@ -53,7 +53,7 @@ class ArtifactCallback:
 
     def finish(self) -> None:
         """No more artifacts: what is pending goes now, not at the next interval."""
-        self._sender.flush()
+        self._flush()
 
     def counts(self) -> RoundCounts:
         return self._store.round_counts(self._round_id)

@@ -75,7 +75,7 @@ class PocComponents:
         if not params.callback_url:
             return None
         identity = CallbackIdentity(params.artifacts.public_key, params.artifacts.block_hash, params.block_height, params.node_id)
-        return ArtifactCallback(params.callback_url, identity, params.artifacts.k_dim, round_id, self.store, self.sender)
+        return ArtifactCallback(params.callback_url, identity, params.artifacts.k_dim, round_id, self.store, self.sender.flush)
 
 
 def poc_limits(facts: ModelFacts) -> PocLimits:

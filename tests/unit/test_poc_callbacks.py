@@ -140,7 +140,7 @@ def test_a_rounds_buffered_batches_go_in_one_body_of_the_deployed_shape_with_an_
         store = open_store(tmp_path / "callbacks.sqlite3")
         async with aiohttp.ClientSession() as session:
             sender = sender_of(store, session)
-            callback = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender)
+            callback = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender.flush)
             first, second = batch_of(1, [17, 18]), batch_of(2, [40])
             add(callback, first)
             add(callback, second)  # both before the sender starts: one body
@@ -180,7 +180,7 @@ def test_a_receiver_failing_twice_gets_the_same_body_and_key_again_then_every_ar
         store = open_store(tmp_path / "callbacks.sqlite3")
         async with aiohttp.ClientSession() as session:
             sender = sender_of(store, session)
-            callback = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender)
+            callback = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender.flush)
             sender.start()
             receiver.release.clear()
             add(callback, batch_of(1, [1, 2, 3]))
@@ -213,7 +213,7 @@ def test_a_4xx_gives_the_body_up_at_once_with_a_log_line_and_a_count(tmp_path: P
         store = open_store(tmp_path / "callbacks.sqlite3")
         async with aiohttp.ClientSession() as session:
             sender = sender_of(store, session)
-            callback = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender)
+            callback = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender.flush)
             add(callback, batch_of(1, [7, 8, 9]))
             sender.start()
             await receiver.wait_until(lambda: len(receiver.requests) == 1)
@@ -238,7 +238,7 @@ def test_a_body_whose_whole_schedule_failed_is_kept_and_delivered_in_a_later_pas
         store = open_store(tmp_path / "callbacks.sqlite3")
         async with aiohttp.ClientSession() as session:
             sender = sender_of(store, session, schedule, pass_delay_seconds=0.3)
-            callback = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender)
+            callback = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender.flush)
             add(callback, batch_of(1, [7, 8]))
             sender.start()
             await receiver.wait_until(lambda: len(receiver.requests) == schedule.attempts)
@@ -267,10 +267,10 @@ def test_an_entry_older_than_the_give_up_age_is_given_up_not_sent(tmp_path: Path
         store = CallbackStore(StoreLock.claim(tmp_path / "callbacks.sqlite3"), clock=lambda: now[0])
         async with aiohttp.ClientSession() as session:
             sender = sender_of(store, session, give_up_after_seconds=86400, clock=lambda: now[0])
-            old = ArtifactCallback(url, IDENTITY, K, "old-round", store, sender)
+            old = ArtifactCallback(url, IDENTITY, K, "old-round", store, sender.flush)
             add(old, batch_of(1, [1, 2]))
             now[0] += 86400 + 1
-            fresh = ArtifactCallback(url, IDENTITY, K, "fresh-round", store, sender)
+            fresh = ArtifactCallback(url, IDENTITY, K, "fresh-round", store, sender.flush)
             add(fresh, batch_of(1, [3]))
             sender.start()
             await receiver.wait_until(lambda: len(receiver.requests) == 1)
@@ -296,7 +296,7 @@ def test_poisoned_entries_are_given_up_alone_and_hold_up_nothing(tmp_path: Path,
         async with aiohttp.ClientSession() as session:
             sender = sender_of(store, session)
             store.append("http://[::1/generated", {"artifacts": [{"nonce": 1, "vector_b64": "AAA="}]}, ROUND, 1)
-            poisoned = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender)
+            poisoned = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender.flush)
             add(poisoned, batch_of(1, [2]))
             with sqlite3.connect(path) as db:
                 db.execute("UPDATE callbacks SET body = '{\"artifacts\": [tor' WHERE id = 2")
@@ -327,8 +327,8 @@ def test_a_dead_receiver_holds_up_no_other_receiver(tmp_path: Path) -> None:
         store = open_store(tmp_path / "callbacks.sqlite3")
         async with aiohttp.ClientSession() as session:
             sender = sender_of(store, session, SLOW)
-            add(ArtifactCallback(dead, IDENTITY, K, "to-dead", store, sender), batch_of(1, [1]))
-            add(ArtifactCallback(url, IDENTITY, K, "to-live", store, sender), batch_of(1, [2]))
+            add(ArtifactCallback(dead, IDENTITY, K, "to-dead", store, sender.flush), batch_of(1, [1]))
+            add(ArtifactCallback(url, IDENTITY, K, "to-live", store, sender.flush), batch_of(1, [2]))
             sender.start()
             await receiver.wait_until(lambda: receiver.accepted_nonces() == [2])
             await sender.close(0.05)
@@ -344,7 +344,7 @@ def test_what_is_left_at_close_is_delivered_by_the_next_start_with_the_same_key(
         store = open_store(path)
         async with aiohttp.ClientSession() as session:
             sender = sender_of(store, session, SLOW)
-            callback = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender)
+            callback = ArtifactCallback(url, IDENTITY, K, ROUND, store, sender.flush)
             add(callback, batch_of(1, [1, 2]))
             sender.start()
             await asyncio.wait_for(_until(lambda: sender.failed_attempts >= 1), GUARD_SECONDS)
