@@ -9,7 +9,10 @@ attempts); a round's end and a new validation result send at once. Beyond it:
   429: resending cannot change that answer), when its URL or body cannot be sent at all, or when it is older
   than `give_up_after_seconds` (24 h);
 - every URL has a worker of its own, so an entry that cannot be delivered (a dead receiver, a bad URL) never
-  holds up another URL's; within a URL, a POST whose pass failed waits for its next pass while later ones go;
+  holds up another URL's. Within a URL POSTs go one at a time, in order, as deployed: one the receiver keeps
+  failing (5xx) delays the next by its schedule (about 151 s), then waits for its next pass while they go;
+  when the receiver does not answer at all through a schedule, it is down, and the URL's other due POSTs
+  wait for the next pass with it (rather than each spending a schedule to find that out);
 - every POST carries an Idempotency-Key (the store's id and the POST's first entry id) that a repeat of it, in
   this process or after a restart, carries again. Delivery is at least once: a POST cut off or timed out may
   have reached the receiver.
@@ -141,8 +144,14 @@ class CallbackSender:
         try:
             while url in self._requested:
                 self._requested.discard(url)
-                for post in self._store.due_posts(url, self._clock(), MAX_ARTIFACTS_PER_POST, _mergeable):
-                    await self._send(post)
+                posts = self._store.due_posts(url, self._clock(), MAX_ARTIFACTS_PER_POST, _mergeable)
+                for index, post in enumerate(posts):
+                    if not await self._send(post):
+                        # The receiver did not answer a whole schedule: it is down, and every later POST to it
+                        # would spend a schedule of its own finding that out. They wait for the next pass too.
+                        for later in posts[index + 1 :]:
+                            self._store.postpone(later, self._clock() + self._pass_delay_seconds, "its receiver was down")
+                        break
         except asyncio.CancelledError:
             raise
         except Exception:  # a worker never dies silently; its URL is taken up again at the next tick
@@ -150,19 +159,20 @@ class CallbackSender:
         finally:
             del self._workers[url]
 
-    async def _send(self, post: Post) -> None:
+    async def _send(self, post: Post) -> bool:
+        """Delivers, gives up or postpones the post; False when its receiver never answered (it is down)."""
         if self._clock() - post.created_at > self._give_up_after_seconds:
             self._give_up(post, GiveUpReason.EXPIRED, f"undelivered after {self._give_up_after_seconds:g} s")
-            return
+            return True
         problem = callback_url_problem(post.url)
         if problem is not None:
             self._give_up(post, GiveUpReason.UNSENDABLE, f"the URL {problem}")
-            return
+            return True
         try:
             body = _post_body(post)
         except ValueError as error:
             self._give_up(post, GiveUpReason.UNSENDABLE, f"the stored body is unreadable ({error})")
-            return
+            return True
         key = f"{self._store.store_id}-{post.post_id}"
 
         def failed_attempt(detail: str) -> None:
@@ -180,6 +190,7 @@ class CallbackSender:
             self._store.postpone(post, self._clock() + self._pass_delay_seconds, result.detail)
             log.warning("callback POST %s (%s): the whole retry schedule failed (%s); next pass in %g s",
                         _safe(post.url), key, result.detail, self._pass_delay_seconds)
+        return result.answered
 
     def _give_up(self, post: Post, reason: str, why: str) -> None:
         self._store.settle(post, EntryState.GIVEN_UP, why)

@@ -49,6 +49,7 @@ class PostOutcome(enum.Enum):
 class PostResult:
     outcome: PostOutcome
     detail: str  # the last attempt's answer ("HTTP 200", "HTTP 503", "ClientConnectorError: ...")
+    answered: bool  # the last attempt got an HTTP answer (False: no connection, or no answer in time)
 
 
 async def post_with_retry(
@@ -67,18 +68,18 @@ async def post_with_retry(
     while True:
         try:
             async with session.post(url, data=body, headers=sent_headers, timeout=timeout) as response:
-                detail = f"HTTP {response.status}"
+                detail, answered = f"HTTP {response.status}", True
                 if response.status < 400:
-                    return PostResult(PostOutcome.DELIVERED, detail)
+                    return PostResult(PostOutcome.DELIVERED, detail, answered)
                 if response.status < 500 and response.status not in RETRYABLE_CLIENT_ERRORS:
                     on_failed_attempt(detail)
-                    return PostResult(PostOutcome.REJECTED, detail)
+                    return PostResult(PostOutcome.REJECTED, detail, answered)
         except asyncio.TimeoutError:
-            detail = f"no answer within {retry.attempt_timeout:g} s"
+            detail, answered = f"no answer within {retry.attempt_timeout:g} s", False
         except aiohttp.ClientError as error:
-            detail = f"{type(error).__name__}: {error}"
+            detail, answered = f"{type(error).__name__}: {error}", False
         on_failed_attempt(detail)
         delay = next(delays, None)
         if delay is None:
-            return PostResult(PostOutcome.FAILED, detail)
+            return PostResult(PostOutcome.FAILED, detail, answered)
         await asyncio.sleep(delay)

@@ -337,6 +337,31 @@ def test_a_dead_receiver_holds_up_no_other_receiver(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+def test_a_receiver_that_never_answers_costs_one_schedule_a_pass_not_one_per_post(tmp_path: Path) -> None:
+    """Before, a down receiver held every later entry behind each one's whole schedule (about 151 s each)."""
+
+    async def scenario() -> None:
+        schedule = RetrySchedule(first_delay=0.001, max_delay=0.002, attempts=3)
+        url = await down_url()
+        store = open_store(tmp_path / "callbacks.sqlite3")
+        async with aiohttp.ClientSession() as session:
+            sender = sender_of(store, session, schedule, pass_delay_seconds=0.5)
+            for round_id in ("a", "b", "c"):  # three rounds: three POSTs to one URL
+                add(ArtifactCallback(url, IDENTITY, K, round_id, store, sender.flush), batch_of(1, [ord(round_id)]))
+            sender.start()
+            await asyncio.wait_for(_until(lambda: sender.failed_attempts == schedule.attempts), GUARD_SECONDS)
+            await asyncio.sleep(0.1)
+            assert sender.failed_attempts == schedule.attempts  # the other two were not tried in this pass
+            assert [store.round_counts(round_id).retrying for round_id in "abc"] == [1, 1, 1]
+            receiver = Receiver()
+            await receiver.start(port_of(url))
+            await receiver.wait_until(lambda: sorted(receiver.accepted_nonces()) == [ord("a"), ord("b"), ord("c")])
+            await sender.close(GUARD_SECONDS)
+        await receiver.stop()
+
+    asyncio.run(scenario())
+
+
 def test_what_is_left_at_close_is_delivered_by_the_next_start_with_the_same_key(tmp_path: Path) -> None:
     async def scenario() -> None:
         path = tmp_path / "state" / "callbacks.sqlite3"
