@@ -169,7 +169,7 @@ class CallbackSender:
             self._give_up(post, GiveUpReason.UNSENDABLE, f"the URL {problem}")
             return True
         try:
-            body = _post_body(post)
+            body = _post_body(self._store.bodies(post))
         except ValueError as error:
             self._give_up(post, GiveUpReason.UNSENDABLE, f"the stored body is unreadable ({error})")
             return True
@@ -215,15 +215,15 @@ def _mergeable(body: str) -> bool:
     return isinstance(parsed, dict) and isinstance(parsed.get("artifacts"), list)
 
 
-def _post_body(post: Post) -> bytes:
-    """The POST's JSON: a single entry's body as stored; several entries of a round as one body, the first's
-    fields with every entry's artifacts in order (the deployed server's body for everything buffered).
-    ValueError for a body that cannot be sent."""
-    bodies = [json.loads(text) for text in post.bodies]
+def _post_body(texts: list[str]) -> bytes:
+    """The POST's JSON from its entries' bodies: a single entry's as stored; several entries of a round as one
+    body, the first's fields with every entry's artifacts in order (the deployed server's body for everything
+    buffered). ValueError for a body that cannot be sent."""
+    bodies = [json.loads(text) for text in texts]
     if not all(isinstance(body, dict) for body in bodies):
         raise ValueError("not a JSON object")
     if len(bodies) == 1:
-        return post.bodies[0].encode()
+        return texts[0].encode()
     if not all(isinstance(body.get("artifacts"), list) for body in bodies):
         raise ValueError("a merged body without an artifact list")
     merged: dict[str, Any] = bodies[0]

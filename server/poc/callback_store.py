@@ -73,7 +73,6 @@ class Post:
     url: str
     round_id: str | None
     entry_ids: tuple[int, ...]
-    bodies: tuple[str, ...]  # the entries' JSON texts, in id order
     artifacts: int
     created_at: float  # its oldest entry's
 
@@ -130,12 +129,13 @@ class CallbackStore:
         formed from every entry not yet in a post. A new post holds consecutive entries of one round, at most
         `max_artifacts` artifacts (a single larger entry alone), only entries `mergeable` accepts (any other is
         a post of its own, so one unreadable body never takes others down with it); a validation result is
-        always alone."""
+        always alone. Only new entries' bodies are read here (bodies() reads a post's when it is sent): a
+        backlog is never in memory whole."""
         rows = [
             _Row(*row)
             for row in self._db.execute(
-                "SELECT id, created_at, body, round_id, artifacts, post_id FROM callbacks "
-                "WHERE state = 'pending' AND url = ? AND next_attempt_at <= ? ORDER BY id",
+                "SELECT id, created_at, CASE WHEN post_id IS NULL THEN body END, round_id, artifacts, post_id "
+                "FROM callbacks WHERE state = 'pending' AND url = ? AND next_attempt_at <= ? ORDER BY id",
                 (url, now),
             )
         ]
@@ -156,12 +156,15 @@ class CallbackStore:
                 url=url,
                 round_id=members[0].round_id,
                 entry_ids=tuple(row.id for row in members),
-                bodies=tuple(row.body for row in members),
                 artifacts=sum(row.artifacts for row in members),
                 created_at=min(row.created_at for row in members),
             )
             for post_id, members in groups
         ]
+
+    def bodies(self, post: Post) -> list[str]:
+        """The post's entries' JSON texts, in id order."""
+        return [body for (body,) in self._db.execute("SELECT body FROM callbacks WHERE post_id = ? ORDER BY id", (post.post_id,))]
 
     def settle(self, post: Post, state: EntryState, outcome: str) -> None:
         if state is EntryState.PENDING:
@@ -218,7 +221,7 @@ class CallbackStore:
 class _Row:
     id: int
     created_at: float
-    body: str
+    body: str | None  # read for entries not yet in a post only
     round_id: str | None
     artifacts: int
     post_id: int | None
@@ -230,7 +233,7 @@ def _group(rows: list[_Row], max_artifacts: int, mergeable: Callable[[str], bool
     open_group: list[_Row] | None = None
     open_artifacts = 0
     for row in rows:
-        alone = row.round_id is None or not mergeable(row.body)
+        alone = row.round_id is None or row.body is None or not mergeable(row.body)
         if (
             not alone
             and open_group is not None
