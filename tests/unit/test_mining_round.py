@@ -169,12 +169,11 @@ def test_a_shutdown_inside_start_round_stops_the_round_and_ends_its_subscribers(
         control = control_of(engine, hub, gate, health)
         starting = asyncio.create_task(control.start(PARAMS))
         await engine.pausing.wait()
-        events = hub.subscribe(None)
         shutting_down = asyncio.create_task(control.shutdown())
         await asyncio.sleep(0.05)
         engine.let_pause_return.set()
         mining, _ = await asyncio.wait_for(asyncio.gather(starting, shutting_down), 5)
-        return mining, [event async for event in events], gate
+        return mining, [event async for event in hub.subscribe(mining.round_id)], gate
 
     mining, events, gate = asyncio.run(scenario())
     assert mining.state is RoundState.STOPPED and not gate.closed
