@@ -13,7 +13,8 @@ import grpc
 from engine_ext.consensus import DEFAULT_K, INT32_MAX
 from engine_ext.poc.batch_caps import PocBatchCap
 from gonka.mlnode.v1 import poc_pb2
-from server.errors import Reason, ServiceError, invalid_field
+from server.errors import Reason, ServiceError, echoed, invalid_field
+from server.poc.callback_url import callback_url_problem
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -112,7 +113,7 @@ def artifact_params(block_hash: str, public_key: str, request: object, stronger_
         raise ServiceError(
             grpc.StatusCode.FAILED_PRECONDITION,
             Reason.MODEL_MISMATCH,
-            f"params.model: this node serves {limits.served_model_name!r}, not {params.model!r}",
+            f"params.model: this node serves {limits.served_model_name!r}, not {echoed(params.model)}",
             field="params.model",
         )
     if not 1 <= params.seq_len <= limits.max_model_len:
@@ -146,8 +147,12 @@ def batch_size_of(request: object, seq_len: int, limits: PocLimits) -> int:
 
 
 def callback_url_of(url: str) -> str:
-    if url and not url.startswith(("http://", "https://")):
-        raise invalid_field("callback_url", f"must be an http:// or https:// URL, got {url!r}")
+    """The callback URL without trailing slashes; empty for none."""
+    if not url:
+        return ""
+    problem = callback_url_problem(url)
+    if problem is not None:
+        raise invalid_field("callback_url", f"{problem}, got {echoed(url)}")
     return url.rstrip("/")
 
 
