@@ -52,10 +52,12 @@ def delivered(receiver: HttpReceiver, public_key: str) -> dict[int, str]:
     }
 
 
-def mine_until_seen_then_kill(server: ServerProcess, public_key: str, callback_url: str) -> dict[int, str]:
+def mine_until_seen_then_kill(server: ServerProcess, public_key: str, callback_url: str) -> tuple[dict[int, str], list[int]]:
     """Starts a round, reads its artifacts as a subscriber, and SIGKILLs the server while the round mines, once
-    SEEN_BEFORE_KILL artifacts were read; returns every artifact the subscriber saw (nonce -> vector_b64)."""
+    SEEN_BEFORE_KILL artifacts were read; returns every artifact the subscriber saw (nonce -> vector_b64) and the
+    engine processes the server had started."""
     seen: dict[int, str] = {}
+    engine_processes: list[int] = []
     with grpc.insecure_channel(server.target) as channel:
         model = inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(pb.GetModelInfoRequest()).served_model_name
         poc = poc_pb2_grpc.PocServiceStub(channel)
@@ -73,11 +75,19 @@ def mine_until_seen_then_kill(server: ServerProcess, public_key: str, callback_u
                 for index, nonce in enumerate(batch.nonces):
                     seen[nonce] = base64.b64encode(batch.vectors[2 * K * index : 2 * K * (index + 1)]).decode()
                 if len(seen) >= SEEN_BEFORE_KILL:
-                    server.kill_alone()  # the round is mining: the next batch is in the engine
+                    engine_processes = server.kill_alone()  # the round is mining: the next batch is in the engine
                     break
         except grpc.RpcError:
             pass  # the stream cut by the kill
-    return seen
+    return seen, engine_processes
+
+
+def process_alive(pid: int) -> bool:
+    """Running, or exited but not yet reaped (a zombie is gone for every purpose here)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
@@ -105,11 +115,16 @@ def test_sigkill_mid_round_loses_nothing_a_subscriber_saw_and_two_servers_keep_t
         assert third.returncode == 2 and "in use by another server" in third.stderr, third.stderr
 
         with ThreadPoolExecutor(2) as pool:
-            seen = dict(zip(ports, pool.map(lambda name: mine_until_seen_then_kill(servers[name], name, callback_url), ports)))
+            killed = dict(zip(ports, pool.map(lambda name: mine_until_seen_then_kill(servers[name], name, callback_url), ports)))
+        seen = {name: artifacts for name, (artifacts, _) in killed.items()}
         for name in ports:
             assert servers[name].process.returncode == -signal.SIGKILL
             assert len(seen[name]) >= SEEN_BEFORE_KILL
             assert pending_artifacts(store_of(ports[name])) >= len(seen[name])
+            # vLLM's engine processes end with the killed server (engine_ext.process_lifetime): their memory is free
+            # for the server started next.
+            engine_processes = killed[name][1]
+            assert engine_processes and wait_for(lambda: not any(map(process_alive, engine_processes)), 30.0), engine_processes
 
         with HttpReceiver(port=receiver_port) as receiver:
             # Only the second server comes back: it delivers its own entries, and never the first one's.

@@ -103,15 +103,13 @@ class ServerProcess:
     def wait(self, timeout: float) -> int:
         return self.process.wait(timeout)
 
-    def kill_alone(self, timeout: float = 30.0) -> None:
-        """SIGKILL to the server process only, as the OOM killer sends it; then the same to the engine processes
-        it leaves behind (vLLM's engine core runs on when its parent is killed so, holding its memory)."""
-        orphans = _descendants(self.pid)
+    def kill_alone(self, timeout: float = 30.0) -> list[int]:
+        """SIGKILL to the server process only, as the OOM killer sends it. Returns the engine processes it had started
+        (engine_ext.process_lifetime ends them with it)."""
+        engine_processes = _descendants(self.pid)
         self.process.send_signal(signal.SIGKILL)
         self.process.wait(timeout)
-        for pid in orphans:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        return engine_processes
 
     def stop(self, timeout: float = 60.0) -> int | None:
         if self.process.poll() is None:
