@@ -82,7 +82,7 @@ class MlnodeEngine:
         # For requests that state no logprobs mode (the network's default: processed).
         self.default_logprobs_mode = default_logprobs_mode
         self._eos_token_id = int(llm.get_tokenizer().eos_token_id)
-        self._speculative = llm.vllm_config.speculative_config is not None
+        self._speculative = speculative_decoding_on(llm.vllm_config)
         self._seams = seams_for_installed_vllm()
         self._token_streams = TokenStreams(llm, request_metrics)
         self._token_streams.install()
@@ -285,6 +285,11 @@ class MlnodeEngine:
             return await self.calls.call(name, call)
         except EngineDeadError as error:
             raise EngineDead("the engine has died") from error
+
+
+def speculative_decoding_on(vllm_config: Any) -> bool:
+    """Whether the engine drafts and verifies tokens (vLLM's speculative_config): then speculation_refusal applies."""
+    return vllm_config.speculative_config is not None
 
 
 def speculation_refusal(request: GenerationRequest, mode: LogprobsMode) -> RequestRejected | None:

@@ -63,8 +63,8 @@ def require_processed_default_under_speculation(engine_args: AsyncEngineArgs, de
     a raw default would refuse every request that asks for logprobs without naming a mode."""
     if engine_args.speculative_config is not None and default_logprobs_mode != LogprobsMode.PROCESSED:
         raise EngineConfigurationError(
-            f"--default-logprobs-mode {default_logprobs_mode.value} is not supported with --speculative-config: "
-            "speculative decoding serves processed logprobs only. Leave the default mode processed."
+            f"a default logprobs mode of {default_logprobs_mode.value} (--default-logprobs-mode) is not supported with "
+            "--speculative-config: speculative decoding serves processed logprobs only. Leave the default mode processed."
         )
 
 
