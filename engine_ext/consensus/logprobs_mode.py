@@ -5,9 +5,12 @@ replay itself shows > the spec's padding count > the default (processed, the net
 
 The replay: a replay whose mode nobody states computes both modes' lists in one pass, and the
 executor's record is compared with each (the chain's distance). When one mode's distance is at most
-REPLAY_DECISIVE_RATIO of the other's, the record was made in that mode. When the two are closer than
-that (identical lists: greedy, or temperature 1 with nothing masked; or a record far from both), the
-replay cannot tell, and the spec's padding count decides: processed_logprobs lists are padded with the
+REPLAY_DECISIVE_RATIO of the other's, the record was made in that mode (REPLAY). When the two differ
+by less, the replay cannot tell, and the record is judged in the mode it matches worse (STRICTER): an
+ambiguity never helps a record pass, so a record that fails in the mode it was made in fails unstated
+too, and an honest one loses nothing (its two modes are then near-identical). Only when the two
+distances are equal (identical lists: greedy, or temperature 1 with nothing masked) or the replay
+computed one mode does the spec's padding count decide: processed_logprobs lists are padded with the
 lowest token ids (0, 1, 2, ...) at -9999.0 where fewer than k tokens survive sampling masks, raw lists
 almost never contain ids below 4. Over all positions of the executor's top-k lists: fewer than 10 ids
 -> unknown (the default); low/total > 0.10 -> processed, else raw.
@@ -40,6 +43,7 @@ class ModeSource(str, enum.Enum):
     ITEM = "item"  # the validation item states it
     REQUEST = "request"  # the original request states it
     REPLAY = "replay"  # the replay's two lists: the record matches one clearly better
+    STRICTER = "stricter"  # the replay's two lists, not clearly apart: the one the record matches worse
     PADDING = "padding"  # the spec's count of padding ids in the executor's lists
     DEFAULT = "default"  # nothing else decided
 
@@ -52,7 +56,7 @@ class ModeResolution:
     @property
     def detected(self) -> bool:
         """Decided from the record itself (the replay or the padding), not stated nor defaulted."""
-        return self.source in (ModeSource.REPLAY, ModeSource.PADDING)
+        return self.source in (ModeSource.REPLAY, ModeSource.STRICTER, ModeSource.PADDING)
 
 
 DEFAULT_MODE = LogprobsMode.PROCESSED
@@ -72,18 +76,17 @@ def detect_logprobs_mode(top_token_ids: Iterable[Iterable[int]]) -> LogprobsMode
     return LogprobsMode.PROCESSED if low / total > _LOW_SHARE else LogprobsMode.RAW
 
 
-def replay_logprobs_mode(distances: Mapping[LogprobsMode, float]) -> LogprobsMode | None:
-    """The mode whose replay lists the record matches clearly better, from the record's distance to each
-    mode's lists; None when the replay cannot tell (equal distances, neither clearly smaller, a
-    distance that is not a finite number >= 0, or not both modes given)."""
+def replay_logprobs_mode(distances: Mapping[LogprobsMode, float]) -> ModeResolution | None:
+    """From the record's distance to each mode's replay lists: the mode it matches clearly better (REPLAY),
+    else the one it matches worse (STRICTER); None when the distances are equal, not both given, or not
+    finite numbers >= 0 (the tokens differ: nothing to compare)."""
     raw, processed = distances.get(LogprobsMode.RAW), distances.get(LogprobsMode.PROCESSED)
-    if raw is None or processed is None or not all(math.isfinite(d) and d >= 0 for d in (raw, processed)):
+    if raw is None or processed is None or not all(math.isfinite(d) and d >= 0 for d in (raw, processed)) or raw == processed:
         return None
-    if raw <= REPLAY_DECISIVE_RATIO * processed and raw < processed:
-        return LogprobsMode.RAW
-    if processed <= REPLAY_DECISIVE_RATIO * raw and processed < raw:
-        return LogprobsMode.PROCESSED
-    return None
+    nearer, farther = (LogprobsMode.RAW, LogprobsMode.PROCESSED) if raw < processed else (LogprobsMode.PROCESSED, LogprobsMode.RAW)
+    if min(raw, processed) <= REPLAY_DECISIVE_RATIO * max(raw, processed):
+        return ModeResolution(nearer, ModeSource.REPLAY)
+    return ModeResolution(farther, ModeSource.STRICTER)
 
 
 def modes_indistinguishable(between_modes: float, distances: Mapping[LogprobsMode, float]) -> bool:
@@ -122,7 +125,7 @@ def resolve_logprobs_mode(
         return stated
     from_replay = replay_logprobs_mode(replay_distances or {})
     if from_replay is not None:
-        return ModeResolution(from_replay, ModeSource.REPLAY)
+        return from_replay
     padded = detect_logprobs_mode(top_token_ids)
     if padded is not None:
         return ModeResolution(padded, ModeSource.PADDING)

@@ -83,7 +83,8 @@ def test_the_servers_own_outputs_pass_and_the_mode_is_resolved_as_stated_or_from
     assert 0 <= verdict.distance < 0.001 and verdict.similarity > 0.999 and verdict.top_ids_found == 1.0
     assert verdict.replayed_tokens == len(item.positions.token_ids)
     assert (verdict.mode, verdict.mode_source, verdict.modes_indistinguishable) == expected, verdict
-    assert verdict.mode_detected == (verdict.mode_source in (SOURCE.LOGPROBS_MODE_SOURCE_REPLAY, SOURCE.LOGPROBS_MODE_SOURCE_PADDING))
+    detected_sources = (SOURCE.LOGPROBS_MODE_SOURCE_REPLAY, SOURCE.LOGPROBS_MODE_SOURCE_STRICTER, SOURCE.LOGPROBS_MODE_SOURCE_PADDING)
+    assert verdict.mode_detected == (verdict.mode_source in detected_sources)
 
 
 def test_the_distance_is_the_consensus_cores_over_the_replays_lists(client: InferenceClient) -> None:

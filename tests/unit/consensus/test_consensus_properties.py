@@ -208,26 +208,45 @@ def test_the_mode_priority_is_item_then_request_then_replay_then_padding_then_de
     assert resolve(None, padded, request_mode=RAW) == C.ModeResolution(RAW, C.ModeSource.REQUEST)
     assert resolve(None, padded, replay_distances=clearly_raw) == C.ModeResolution(RAW, C.ModeSource.REPLAY)
     assert resolve(None, padded, replay_distances={RAW: 0.1, PROCESSED: 0.1}) == C.ModeResolution(PROCESSED, C.ModeSource.PADDING)
+    assert resolve(None, padded, replay_distances={RAW: 0.06, PROCESSED: 0.08}) == C.ModeResolution(PROCESSED, C.ModeSource.STRICTER)
     assert resolve(None, [], RAW, replay_distances={RAW: 0.0, PROCESSED: 0.0}) == C.ModeResolution(RAW, C.ModeSource.DEFAULT)
     assert C.stated_logprobs_mode(None, None) is None
     assert resolve(None, padded, replay_distances=clearly_raw).detected and not resolve(RAW, padded).detected
 
 
+REPLAY, STRICTER = C.ModeSource.REPLAY, C.ModeSource.STRICTER
+
+
 @pytest.mark.parametrize(
     ("raw", "processed", "expected"),
     [
-        (0.0, 1e-7, RAW),  # an honest raw record on the validator's own engine
-        (0.3, 0.0, PROCESSED),
-        (0.02, 0.041, RAW),  # an honest record across hardware: noise well under the other mode's distance
-        (0.0, 0.0, None),  # identical lists: greedy, temperature 1 with nothing masked
-        (0.06, 0.08, None),  # a record scaled away from both: neither is clearly the one
-        (0.05, 0.1, RAW),  # exactly the decisive ratio
+        (0.0, 1e-7, (RAW, REPLAY)),  # an honest raw record on the validator's own engine
+        (0.3, 0.0, (PROCESSED, REPLAY)),
+        (0.02, 0.041, (RAW, REPLAY)),  # an honest record across hardware: noise well under the other mode's distance
+        (0.05, 0.1, (RAW, REPLAY)),  # exactly the decisive ratio
+        (0.06, 0.08, (PROCESSED, STRICTER)),  # a record scaled away from both: judged where it matches worse
+        (5.1e-4, 5e-4, (RAW, STRICTER)),  # near-identical modes (top-k 20 on a flat distribution)
+        (0.0, 0.0, None),  # identical lists: greedy, temperature 1 with nothing masked (the padding count decides)
         (-1.0, -1.0, None),  # the tokens differ: no distance at all
         (math.nan, 0.0, None),
     ],
 )
-def test_the_replay_names_a_mode_only_when_one_matches_clearly_better(raw: float, processed: float, expected) -> None:
-    assert C.replay_logprobs_mode({RAW: raw, PROCESSED: processed}) is expected
+def test_the_replay_names_the_mode_a_record_matches_clearly_better_else_the_stricter(raw: float, processed: float, expected) -> None:
+    resolution = C.replay_logprobs_mode({RAW: raw, PROCESSED: processed})
+    assert (None if resolution is None else (resolution.mode, resolution.source)) == expected
+
+
+@FAST
+@given(st.floats(min_value=0, max_value=2), st.floats(min_value=0, max_value=2), st.sampled_from([RAW, PROCESSED]))
+def test_an_unstated_mode_never_helps_a_record_that_fails_in_its_own_mode_unless_it_matches_the_other_clearly(
+    raw: float, processed: float, made_in
+) -> None:
+    """The judged distance is the record's own mode's, or larger, except where the other mode is decisively nearer."""
+    distances = {RAW: raw, PROCESSED: processed}
+    judged = C.resolve_logprobs_mode(None, [], replay_distances=distances)
+    other = PROCESSED if made_in is RAW else RAW
+    decisive_other = judged.source is C.ModeSource.REPLAY and judged.mode is other
+    assert decisive_other or distances[judged.mode] >= distances[made_in] or raw == processed
 
 
 @FAST

@@ -24,8 +24,8 @@ from google.protobuf import descriptor_pb2
 import gonka.mlnode.v1
 
 # Written by `make contract`: the previous commit's revision, plus one when the digest changed.
-REVISION = 3
-DIGEST = "sha256:6d30b900a1bf9053f36acdeb9fbdb847e16c9f635378995b9c9e9b3c484f3900"
+REVISION = 4
+DIGEST = "sha256:d90fb355580de81c15d4cea34d4bccc7333445c13ddba0291ebe83246bfdc0df"
 
 
 def stub_digest() -> str:

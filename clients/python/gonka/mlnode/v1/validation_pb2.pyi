@@ -26,6 +26,7 @@ class LogprobsModeSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LOGPROBS_MODE_SOURCE_REPLAY: _ClassVar[LogprobsModeSource]
     LOGPROBS_MODE_SOURCE_PADDING: _ClassVar[LogprobsModeSource]
     LOGPROBS_MODE_SOURCE_DEFAULT: _ClassVar[LogprobsModeSource]
+    LOGPROBS_MODE_SOURCE_STRICTER: _ClassVar[LogprobsModeSource]
 INFERENCE_FAILURE_UNSPECIFIED: InferenceFailure
 INFERENCE_FAILURE_SIMILARITY_BELOW_THRESHOLD: InferenceFailure
 INFERENCE_FAILURE_LENGTH_DIFFERS: InferenceFailure
@@ -38,6 +39,7 @@ LOGPROBS_MODE_SOURCE_REQUEST: LogprobsModeSource
 LOGPROBS_MODE_SOURCE_REPLAY: LogprobsModeSource
 LOGPROBS_MODE_SOURCE_PADDING: LogprobsModeSource
 LOGPROBS_MODE_SOURCE_DEFAULT: LogprobsModeSource
+LOGPROBS_MODE_SOURCE_STRICTER: LogprobsModeSource
 
 class ValidateInferenceRequest(_message.Message):
     __slots__ = ("items",)
