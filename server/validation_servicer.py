@@ -178,14 +178,14 @@ class ValidationServicer:
             raise unjudgeable
         if not both:
             return _verdict_message(judge_inference(executor, replay.positions, k, item.threshold), resolution, False, len(replay.positions))
+        # Nobody stated the mode: the record is judged in the mode the replay's two lists place it in.
         judgements = {
             LogprobsMode.PROCESSED: judge_inference(executor, replay.positions, k, item.threshold),
             LogprobsMode.RAW: judge_inference(executor, replay.raw_positions, k, item.threshold),
         }
         distances = {mode: judgement.distance for mode, judgement in judgements.items()}
         resolution = resolve_logprobs_mode(item_mode, executor_lists, default, request_mode=request_mode, replay_distances=distances)
-        between_modes = 0.0 if replay.positions == replay.raw_positions else sequence_distance(replay.positions, replay.raw_positions, k)
-        indistinguishable = modes_indistinguishable(between_modes, distances)
+        indistinguishable = modes_indistinguishable(_between_modes(replay, k), distances)
         return _verdict_message(judgements[resolution.mode], resolution, indistinguishable, len(replay.positions))
 
     async def _judge_unserved(self, item: vpb.InferenceItem, request_id: str, slots: ReplaySlots) -> vpb.InferenceVerdict:
@@ -231,6 +231,13 @@ class ValidationServicer:
             plan = dataclasses.replace(plan, request=dataclasses.replace(plan.request, **changes))
         with self._registry.track(request_id):
             return await run_replay(self._engine, plan, self._admission)
+
+
+def _between_modes(replay: Replay, k: int) -> float:
+    """The chain's distance between the replay's own processed and raw lists (0 when they are the same)."""
+    if replay.positions == replay.raw_positions:
+        return 0.0
+    return sequence_distance(replay.positions, replay.raw_positions, k)
 
 
 def one_token_probe(request: GenerationRequest) -> GenerationRequest:
