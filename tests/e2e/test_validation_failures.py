@@ -189,6 +189,6 @@ def test_sigterm_during_a_validation_gives_retryable_item_errors_not_verdicts(tm
     assert sorted(response.index for response in responses) == list(range(len(items)))
     errors = [response.error for response in responses if response.WhichOneof("outcome") == "error"]
     verdicts = [response.verdict for response in responses if response.WhichOneof("outcome") == "verdict"]
+    assert all(verdict.passed for verdict in verdicts), verdicts  # never a LENGTH_DIFFERS for a replay the shutdown cut
     assert errors, "no replay was cut by the shutdown"
     assert all((error.reason, error.retryable) == ("SHUTTING_DOWN", True) for error in errors), errors
-    assert all(verdict.passed for verdict in verdicts), verdicts  # never a LENGTH_DIFFERS for a replay the shutdown cut
