@@ -20,16 +20,19 @@ Then the tampered records of the one-forward study (benchmarks/one_forward_repla
 and its 100 scaled copies, threshold 0.94) are judged twice, with the mode stated as the study states it and with
 no mode stated: a tampered record that failed with its mode stated must still fail without it.
 
-It starts one server (the peaked model, the test suite's SHARED_SERVER_FLAGS) and asserts nothing; it exits 1 when
-a goal is missed. Usage, from the repository root:
+It starts one server (the peaked model, the test suite's SHARED_SERVER_FLAGS, at most --max-num-seqs rows per engine
+step: on a CPU each row's sampler works over the whole 152k vocabulary, in both modes for a replay of unstated mode)
+and asserts nothing; it exits 1 when a goal is missed. With --cache, the recorded items are kept in that file and
+read back by the next run (a run whose engine died need not record again). Usage, from the repository root:
 
-    .venv/bin/python benchmarks/unstated_mode_bench.py [--records 50] [--json /tmp/unstated_mode.json]
+    .venv/bin/python benchmarks/unstated_mode_bench.py [--records 50] [--cache /tmp/unstated_mode.items] [--json /tmp/unstated_mode.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import random
 import sys
@@ -65,7 +68,6 @@ THRESHOLD = 0.951
 TOP_K = 5
 GOAL_RIGHT_SHARE = 0.99
 MAX_ITEMS_PER_CALL = 1024  # ValidateInferenceRequest's limit
-RECORDING_CONCURRENCY = 128
 RPC_TIMEOUT_SECONDS = 3600.0
 MODE_NAMES = {pb.LOGPROBS_MODE_RAW: "raw", pb.LOGPROBS_MODE_PROCESSED: "processed"}
 SOURCE_NAMES = {
@@ -164,17 +166,33 @@ def unstated(item: vpb.InferenceItem) -> vpb.InferenceItem:
     return copy
 
 
-async def tampered_comparison(aio: AsyncInferenceClient, seed: int) -> dict[str, Any]:
-    """The one-forward study's default records and tampered copies, judged with the mode stated and without."""
+@dataclass(frozen=True)
+class Tampered:
+    mode: str
+    setting: str
+    factor: float
+    item: vpb.InferenceItem
+
+
+async def study_tampered(aio: AsyncInferenceClient, seed: int) -> list[Tampered]:
+    """The one-forward study's default records (20 per mode and setting, 24 tokens) and its 100 scaled copies."""
     records = await study.record_all(aio, study.item_specs(20, seed), 24)
-    tampered = [item for item in study.make_items(records, 100, seed) if item.tamper_factor is not None]
-    stated = await verdicts(aio, [item.proto for item in tampered])
-    without = await verdicts(aio, [unstated(item.proto) for item in tampered])
+    return [
+        Tampered(item.record.spec.mode, item.record.spec.config.name, item.tamper_factor, item.proto)
+        for item in study.make_items(records, 100, seed)
+        if item.tamper_factor is not None
+    ]
+
+
+async def tampered_comparison(aio: AsyncInferenceClient, tampered: list[Tampered]) -> dict[str, Any]:
+    """The tampered records judged with the mode stated (as the study states it) and without."""
+    stated = await verdicts(aio, [record.item for record in tampered])
+    without = await verdicts(aio, [unstated(record.item) for record in tampered])
     rows = [
-        {"mode": item.record.spec.mode, "setting": item.record.spec.config.name, "factor": item.tamper_factor,
+        {"mode": record.mode, "setting": record.setting, "factor": record.factor,
          "stated_passed": a.passed, "stated_similarity": a.similarity, "unstated_passed": b.passed,
          "unstated_similarity": b.similarity, "unstated_mode": MODE_NAMES.get(b.mode), "unstated_source": SOURCE_NAMES.get(b.mode_source)}
-        for item, a, b in zip(tampered, stated, without)
+        for record, a, b in zip(tampered, stated, without)
     ]
     return {
         "records": len(rows),
@@ -186,25 +204,60 @@ async def tampered_comparison(aio: AsyncInferenceClient, seed: int) -> dict[str,
     }
 
 
+def save_cache(path: Path, items: Sequence[vpb.InferenceItem], tampered: Sequence[Tampered]) -> None:
+    lines = [json.dumps({"item": base64.b64encode(item.SerializeToString()).decode()}) for item in items]
+    lines += [
+        json.dumps({"tampered": [record.mode, record.setting, record.factor], "item": base64.b64encode(record.item.SerializeToString()).decode()})
+        for record in tampered
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def load_cache(path: Path) -> tuple[list[vpb.InferenceItem], list[Tampered]]:
+    items, tampered = [], []
+    for line in path.read_text().splitlines():
+        entry = json.loads(line)
+        item = vpb.InferenceItem.FromString(base64.b64decode(entry["item"]))
+        if "tampered" in entry:
+            tampered.append(Tampered(*entry["tampered"], item))
+        else:
+            items.append(item)
+    return items, tampered
+
+
+async def recorded_items(aio: AsyncInferenceClient, made: Sequence[Spec], concurrency: int) -> list[vpb.InferenceItem]:
+    slots = asyncio.Semaphore(concurrency)
+
+    async def recorded(spec: Spec) -> vpb.InferenceItem:
+        async with slots:
+            return await honest_item(aio, spec)
+
+    return list(await asyncio.gather(*(recorded(spec) for spec in made)))
+
+
 async def run(target: str, args: argparse.Namespace) -> dict[str, Any]:
     async with AsyncInferenceClient(target) as aio:
         made = specs(args.records, args.seed)
-        print(f"recording {len(made)} honest records ({args.records} per cell, {len(made) // args.records} cells) ...", flush=True)
         started = time.perf_counter()
-        slots = asyncio.Semaphore(RECORDING_CONCURRENCY)
-
-        async def recorded(spec: Spec) -> vpb.InferenceItem:
-            async with slots:
-                return await honest_item(aio, spec)
-
-        items = await asyncio.gather(*(recorded(spec) for spec in made))
+        if args.cache is not None and args.cache.is_file():
+            print(f"reading the recorded items from {args.cache} ...", flush=True)
+            items, tampered_records = load_cache(args.cache)
+            if len(items) != len(made):
+                raise SystemExit(f"{args.cache} holds {len(items)} honest items, not {len(made)}: remove it or change --records")
+        else:
+            print(f"recording {len(made)} honest records ({args.records} per cell, {len(made) // args.records} cells) ...", flush=True)
+            items = await recorded_items(aio, made, args.max_num_seqs)
+            print("recording the one-forward study's records and their tampered copies ...", flush=True)
+            tampered_records = await study_tampered(aio, study.parse_args([]).seed)
+            if args.cache is not None:
+                save_cache(args.cache, items, tampered_records)
         record_seconds = time.perf_counter() - started
-        print(f"validating them with no mode stated (threshold {THRESHOLD}) ...", flush=True)
+        print(f"validating the honest records with no mode stated (threshold {THRESHOLD}) ...", flush=True)
         started = time.perf_counter()
         judged = await verdicts(aio, items)
         validate_seconds = time.perf_counter() - started
-        print("judging the one-forward study's tampered records with and without their mode ...", flush=True)
-        tampered = await tampered_comparison(aio, study.parse_args([]).seed)
+        print("judging the study's tampered records with and without their mode ...", flush=True)
+        tampered = await tampered_comparison(aio, tampered_records)
     outcomes = [
         Outcome(spec.cell, verdict.passed, verdict.similarity, MODE_NAMES.get(verdict.mode, "?"), SOURCE_NAMES.get(verdict.mode_source, "?"),
                 verdict.modes_indistinguishable)
@@ -257,7 +310,7 @@ def report(figures: dict[str, Any]) -> tuple[str, bool]:
         f"{tampered['failed_stated']}, without it {tampered['failed_unstated']}; failed stated but passed unstated: {len(flipped)}; "
         f"passed stated but failed unstated: {tampered['passed_stated_failed_unstated']}",
         f"goal (every tampered record that failed with its mode stated fails without it): {'met' if not flipped else 'MISSED'}",
-        f"wall time: recording {figures['record_seconds']:.0f} s, validating {figures['validate_seconds']:.0f} s",
+        f"wall time: recording (or reading) {figures['record_seconds']:.0f} s, validating the honest records {figures['validate_seconds']:.0f} s",
     ]
     return "\n".join(lines), honest_met and not flipped
 
@@ -267,6 +320,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--model", type=Path, default=REPO_ROOT / PEAKED_MODEL_DIR, help="the peaked embedded model (default)")
     parser.add_argument("--records", type=int, default=50, help="honest records per cell (default 50: 1200 in all)")
     parser.add_argument("--seed", type=int, default=20261203)
+    parser.add_argument("--max-num-seqs", type=int, default=64, help="rows per engine step, and records made at once (default 64)")
+    parser.add_argument("--cache", type=Path, help="keep the recorded items here, and read them from here when it exists")
     parser.add_argument("--json", type=Path, help="also write the figures (and every record's outcome) here")
     return parser.parse_args(argv)
 
@@ -277,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"no model at {args.model}: `make test` builds the peaked model")
     log_path = Path(tempfile.mkdtemp(prefix="unstated-mode-")) / "server.log"
     started = time.perf_counter()
-    server = start_server(log_path, ["--model", str(args.model), *SHARED_SERVER_FLAGS])
+    server = start_server(log_path, ["--model", str(args.model), *SHARED_SERVER_FLAGS, "--max-num-seqs", str(args.max_num_seqs)])
     try:
         figures = asyncio.run(run(server.target, args))
     finally:
