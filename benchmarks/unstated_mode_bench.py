@@ -22,8 +22,8 @@ no mode stated: a tampered record that failed with its mode stated must still fa
 
 It starts one server (the peaked model, the test suite's SHARED_SERVER_FLAGS, at most --max-num-seqs rows per engine
 step: on a CPU each row's sampler works over the whole 152k vocabulary, in both modes for a replay of unstated mode)
-and asserts nothing; it exits 1 when a goal is missed. With --cache, the recorded items are kept in that file and
-read back by the next run (a run whose engine died need not record again). Usage, from the repository root:
+and asserts nothing; it exits 1 when a goal is missed. With --cache, the records and verdicts are kept in that file as they come and
+read back by the next run (a run whose engine died resumes where it stopped). Usage, from the repository root:
 
     .venv/bin/python benchmarks/unstated_mode_bench.py [--records 50] [--cache /tmp/unstated_mode.items] [--json /tmp/unstated_mode.json]
 """
@@ -204,60 +204,94 @@ async def tampered_comparison(aio: AsyncInferenceClient, tampered: list[Tampered
     }
 
 
-def save_cache(path: Path, items: Sequence[vpb.InferenceItem], tampered: Sequence[Tampered]) -> None:
-    lines = [json.dumps({"item": base64.b64encode(item.SerializeToString()).decode()}) for item in items]
-    lines += [
-        json.dumps({"tampered": [record.mode, record.setting, record.factor], "item": base64.b64encode(record.item.SerializeToString()).decode()})
-        for record in tampered
-    ]
-    path.write_text("\n".join(lines) + "\n")
+class Progress:
+    """What a run has made so far, one JSON line per record, tampered copy or verdict, appended as each comes, so
+    that a run whose engine died (this CPU is shared; its OOM killer takes the largest process) resumes from there.
+    Without a path, kept in memory only."""
 
+    def __init__(self, path: Path | None) -> None:
+        self._path = path
+        self.items: dict[int, vpb.InferenceItem] = {}
+        self.verdicts: dict[int, vpb.InferenceVerdict] = {}
+        self.tampered: list[Tampered] = []
+        if path is not None and path.is_file():
+            for line in path.read_text().splitlines():
+                self._read(json.loads(line))
 
-def load_cache(path: Path) -> tuple[list[vpb.InferenceItem], list[Tampered]]:
-    items, tampered = [], []
-    for line in path.read_text().splitlines():
-        entry = json.loads(line)
-        item = vpb.InferenceItem.FromString(base64.b64decode(entry["item"]))
-        if "tampered" in entry:
-            tampered.append(Tampered(*entry["tampered"], item))
+    def add_item(self, index: int, item: vpb.InferenceItem) -> None:
+        self.items[index] = item
+        self._write({"item": index, "proto": _encoded(item)})
+
+    def add_verdict(self, index: int, verdict: vpb.InferenceVerdict) -> None:
+        self.verdicts[index] = verdict
+        self._write({"verdict": index, "proto": _encoded(verdict)})
+
+    def add_tampered(self, records: Sequence[Tampered]) -> None:
+        self.tampered = list(records)
+        for record in records:
+            self._write({"tampered": [record.mode, record.setting, record.factor], "proto": _encoded(record.item)})
+
+    def _read(self, entry: dict[str, Any]) -> None:
+        proto = base64.b64decode(entry["proto"])
+        if "item" in entry:
+            self.items[entry["item"]] = vpb.InferenceItem.FromString(proto)
+        elif "verdict" in entry:
+            self.verdicts[entry["verdict"]] = vpb.InferenceVerdict.FromString(proto)
         else:
-            items.append(item)
-    return items, tampered
+            self.tampered.append(Tampered(*entry["tampered"], vpb.InferenceItem.FromString(proto)))
+
+    def _write(self, entry: dict[str, Any]) -> None:
+        if self._path is not None:
+            with self._path.open("a") as out:
+                out.write(json.dumps(entry) + "\n")
 
 
-async def recorded_items(aio: AsyncInferenceClient, made: Sequence[Spec], concurrency: int) -> list[vpb.InferenceItem]:
+def _encoded(message: Any) -> str:
+    return base64.b64encode(message.SerializeToString()).decode()
+
+
+async def record_missing(aio: AsyncInferenceClient, made: Sequence[Spec], progress: Progress, concurrency: int) -> None:
+    """Records the specs not recorded yet, one mode after the other: a batch of one mode samples its logprobs once,
+    a batch mixing both takes them twice."""
     slots = asyncio.Semaphore(concurrency)
 
-    async def recorded(spec: Spec) -> vpb.InferenceItem:
+    async def recorded(index: int) -> None:
         async with slots:
-            return await honest_item(aio, spec)
+            progress.add_item(index, await honest_item(aio, made[index]))
 
-    return list(await asyncio.gather(*(recorded(spec) for spec in made)))
+    for mode in MODES:
+        await asyncio.gather(*(recorded(index) for index, spec in enumerate(made) if spec.cell.mode == mode and index not in progress.items))
+
+
+async def validate_missing(aio: AsyncInferenceClient, count: int, progress: Progress) -> None:
+    missing = [index for index in range(count) if index not in progress.verdicts]
+    for start in range(0, len(missing), MAX_ITEMS_PER_CALL):
+        chunk = missing[start : start + MAX_ITEMS_PER_CALL]
+        async for response in aio.validate_inference([progress.items[index] for index in chunk], timeout=RPC_TIMEOUT_SECONDS):
+            if response.WhichOneof("outcome") != "verdict":
+                raise study.ServerMisbehaved(f"item {chunk[response.index]}: {response}")
+            progress.add_verdict(chunk[response.index], response.verdict)
 
 
 async def run(target: str, args: argparse.Namespace) -> dict[str, Any]:
+    made = specs(args.records, args.seed)
+    progress = Progress(args.cache)
     async with AsyncInferenceClient(target) as aio:
-        made = specs(args.records, args.seed)
         started = time.perf_counter()
-        if args.cache is not None and args.cache.is_file():
-            print(f"reading the recorded items from {args.cache} ...", flush=True)
-            items, tampered_records = load_cache(args.cache)
-            if len(items) != len(made):
-                raise SystemExit(f"{args.cache} holds {len(items)} honest items, not {len(made)}: remove it or change --records")
-        else:
-            print(f"recording {len(made)} honest records ({args.records} per cell, {len(made) // args.records} cells) ...", flush=True)
-            items = await recorded_items(aio, made, args.max_num_seqs)
+        print(f"recording {len(made)} honest records ({args.records} per cell, {len(made) // args.records} cells; "
+              f"{len(progress.items)} already made) ...", flush=True)
+        await record_missing(aio, made, progress, args.max_num_seqs)
+        if not progress.tampered:
             print("recording the one-forward study's records and their tampered copies ...", flush=True)
-            tampered_records = await study_tampered(aio, study.parse_args([]).seed)
-            if args.cache is not None:
-                save_cache(args.cache, items, tampered_records)
+            progress.add_tampered(await study_tampered(aio, study.parse_args([]).seed))
         record_seconds = time.perf_counter() - started
-        print(f"validating the honest records with no mode stated (threshold {THRESHOLD}) ...", flush=True)
+        print(f"validating the honest records with no mode stated (threshold {THRESHOLD}; {len(progress.verdicts)} already judged) ...", flush=True)
         started = time.perf_counter()
-        judged = await verdicts(aio, items)
+        await validate_missing(aio, len(made), progress)
         validate_seconds = time.perf_counter() - started
         print("judging the study's tampered records with and without their mode ...", flush=True)
-        tampered = await tampered_comparison(aio, tampered_records)
+        tampered = await tampered_comparison(aio, progress.tampered)
+    judged = [progress.verdicts[index] for index in range(len(made))]
     outcomes = [
         Outcome(spec.cell, verdict.passed, verdict.similarity, MODE_NAMES.get(verdict.mode, "?"), SOURCE_NAMES.get(verdict.mode_source, "?"),
                 verdict.modes_indistinguishable)
@@ -321,7 +355,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--records", type=int, default=50, help="honest records per cell (default 50: 1200 in all)")
     parser.add_argument("--seed", type=int, default=20261203)
     parser.add_argument("--max-num-seqs", type=int, default=64, help="rows per engine step, and records made at once (default 64)")
-    parser.add_argument("--cache", type=Path, help="keep the recorded items here, and read them from here when it exists")
+    parser.add_argument("--cache", type=Path, help="keep the records and verdicts here as they come; a rerun resumes from them")
     parser.add_argument("--json", type=Path, help="also write the figures (and every record's outcome) here")
     return parser.parse_args(argv)
 
