@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Collection
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +20,12 @@ import vllm.envs as vllm_envs
 from prometheus_client import CollectorRegistry
 from vllm.inputs import TokensPrompt
 from vllm.platforms import current_platform
+from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.prometheus import get_prometheus_registry
 
+from engine_ext.both_logprobs_modes import both_modes_width, split_both_modes
 from engine_ext.consensus.logprobs_mode import DEFAULT_MODE, LogprobsMode
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.errors import EngineDead, EnginePaused, RequestFailed, RequestRejected
@@ -80,7 +83,7 @@ class MlnodeEngine:
         # For requests that state no logprobs mode (the network's default: processed).
         self.default_logprobs_mode = default_logprobs_mode
         self._eos_token_id = int(llm.get_tokenizer().eos_token_id)
-        self._speculative = llm.vllm_config.speculative_config is not None
+        self._speculative = speculative_decoding_on(llm.vllm_config)
         self._seams = seams_for_installed_vllm()
         self._token_streams = TokenStreams(llm, request_metrics)
         self._token_streams.install()
@@ -98,16 +101,22 @@ class MlnodeEngine:
         llm = self._llm
         if llm.errored:
             raise EngineDead("the engine has died")
-        if request.enforced_token_ids is not None and self._speculative:
-            # Speculative decoding skips the sampler seam that forces the tokens (and vLLM loads no
-            # logits-processor plugin then): a replay would silently not be one.
-            raise RequestRejected("replays (enforced tokens) are not served while speculative decoding is on", "request")
         mode = request.logprobs_mode or self.default_logprobs_mode
-        pad_masked = mode == LogprobsMode.PROCESSED
+        if self._speculative:
+            refusal = speculation_refusal(request, mode)
+            if refusal is not None:
+                raise refusal
+        both = request.both_logprobs_modes
+        # Both modes' lists are split and padded on the way out (engine_ext.both_logprobs_modes).
+        pad_masked = mode == LogprobsMode.PROCESSED and not both
         params = sampling_params(request, mode, self._eos_token_id)
         streamed = self._token_streams.enabled and token_stream_possible(params)
         if streamed:
             request_packed_logprobs(params)
+        elif both:
+            # vLLM's generate() merges late deltas through a dict of each position's entries, which would
+            # collapse the token ids the two lists share: one final output is never merged.
+            params.output_kind = RequestOutputKind.FINAL_ONLY
         prompt = TokensPrompt(prompt_token_ids=request.prompt_token_ids)
         try:
             engine_request = await self._seams.engine_request(llm, request.request_id, prompt, params)
@@ -115,15 +124,23 @@ class MlnodeEngine:
             part = "constraint" if request.constraint is not None else "request"
             raise RequestRejected(str(error), part) from error
         if not streamed:
-            reader = RequestOutputReader(request.top_logprobs, request.prompt_logprobs, request.include_text, pad_masked)
-            return self._generated_steps(engine_request, params, request.request_id, reader)
-        try:
-            stream = await self._token_streams.open(request.request_id, engine_request, pad_masked)
-        except EngineDeadError as error:
-            raise EngineDead("the engine has died") from error
-        # The token stream's own iterator, with no layer between it and the caller: it runs once
-        # per streamed token (its failures already arrive as engine_ext errors).
-        return self._token_streams.outputs(stream)
+            reader = RequestOutputReader(params.logprobs, request.prompt_logprobs, request.include_text, pad_masked)
+            steps = self._generated_steps(engine_request, params, request.request_id, reader)
+        else:
+            try:
+                stream = await self._token_streams.open(request.request_id, engine_request, pad_masked)
+            except EngineDeadError as error:
+                raise EngineDead("the engine has died") from error
+            # The token stream's own iterator, with no layer between it and the caller: it runs once
+            # per streamed token (its failures already arrive as engine_ext errors).
+            steps = self._token_streams.outputs(stream)
+        return _split_both_modes(steps, request.top_logprobs) if both else steps
+
+    def both_logprobs_modes_fit(self, k: int) -> bool:
+        """Whether a request can carry both modes' top-k lists (GenerationRequest.both_logprobs_modes):
+        2k + 1 logprobs within the engine's max_logprobs, and no speculative decoding (no replays then)."""
+        engine_max = self._llm.vllm_config.model_config.max_logprobs
+        return not self._speculative and (engine_max < 0 or both_modes_width(k) <= engine_max)
 
     async def _generated_steps(
         self, engine_request: Any, params: Any, request_id: str, reader: RequestOutputReader
@@ -274,6 +291,39 @@ class MlnodeEngine:
             return await self.calls.call(name, call)
         except EngineDeadError as error:
             raise EngineDead("the engine has died") from error
+
+
+def speculative_decoding_on(vllm_config: Any) -> bool:
+    """Whether the engine drafts and verifies tokens (vLLM's speculative_config): then speculation_refusal applies."""
+    return vllm_config.speculative_config is not None
+
+
+def speculation_refusal(request: GenerationRequest, mode: LogprobsMode) -> RequestRejected | None:
+    """Why a request cannot be served as asked while speculative decoding is on, or None.
+
+    Speculative decoding samples through vLLM's rejection sampler, which neither the sampler seam that
+    forces a replay's tokens nor the per-request logprobs-mode seam reaches (vLLM loads no
+    logits-processor plugin then): a replay would silently not be one, and every request's logprobs
+    come in the engine-wide mode, processed (engine_factory). Raw logprobs are refused rather than
+    silently processed."""
+    if request.enforced_token_ids is not None or request.both_logprobs_modes:
+        return RequestRejected("replays (enforced tokens) are not served while speculative decoding is on", "request")
+    if request.top_logprobs is not None and mode != LogprobsMode.PROCESSED:
+        return RequestRejected(
+            f"{mode.value} are not served while speculative decoding is on: only processed_logprobs are", "logprobs_mode"
+        )
+    return None
+
+
+async def _split_both_modes(steps: AsyncIterator[GenerationStep], k: int) -> AsyncIterator[GenerationStep]:
+    """Each output's 2k+1-wide lists as its processed `logprobs` and raw `raw_logprobs`; closing this
+    closes (and so aborts) the request's own iterator."""
+    async with aclosing(steps):
+        async for step in steps:
+            for delta in step.outputs:
+                if delta.logprobs is not None:
+                    delta.logprobs, delta.raw_logprobs = split_both_modes(delta.logprobs, k)
+            yield step
 
 
 def full_size_shape(max_num_batched_tokens: int, max_num_seqs: int, max_model_len: int) -> tuple[int, int]:

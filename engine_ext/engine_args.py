@@ -37,6 +37,11 @@ STRUCTURED_OUTPUT_BACKEND = "xgrammar"
 VLLM_DEFAULT_STRUCTURED_OUTPUT_BACKEND = "auto"
 # The production PoC batch, 32 x 1024 tokens (poc-v2.md section 9).
 POC_MAX_NUM_BATCHED_TOKENS = 32768
+# vLLM's own default --max-logprobs, and what the server raises it to: a validation replay whose mode
+# nobody states carries both modes' lists, 2k + 1 entries (engine_ext.both_logprobs_modes), for k up to
+# the contract's 20 (clients stay bounded by 20: engine_ext.model_facts).
+VLLM_DEFAULT_MAX_LOGPROBS = 20
+MAX_LOGPROBS_FOR_BOTH_MODES = 2 * VLLM_DEFAULT_MAX_LOGPROBS + 1
 
 
 @dataclass(frozen=True)
@@ -78,13 +83,26 @@ def build_engine_parser(
 
 def engine_args_from(namespace: argparse.Namespace, default_model: DefaultModel) -> EngineSettings:
     if namespace.model is not None:
-        return EngineSettings(_with_poc_batch_budget(_with_xgrammar_by_default(AsyncEngineArgs.from_cli_args(namespace))))
+        return EngineSettings(_with_server_defaults(AsyncEngineArgs.from_cli_args(namespace)))
     served_names = namespace.served_model_name or [default_model.served_model_name]
     model_dir = default_model.locate()
     args = AsyncEngineArgs.from_cli_args(
         argparse.Namespace(**{**vars(namespace), "model": str(model_dir), "served_model_name": served_names})
     )
-    return EngineSettings(_with_poc_batch_budget(_with_xgrammar_by_default(args)), _default_model_environment(args, model_dir))
+    return EngineSettings(_with_server_defaults(args), _default_model_environment(args, model_dir))
+
+
+def _with_server_defaults(args: AsyncEngineArgs) -> AsyncEngineArgs:
+    return _with_room_for_both_logprobs_modes(_with_poc_batch_budget(_with_xgrammar_by_default(args)))
+
+
+def _with_room_for_both_logprobs_modes(args: AsyncEngineArgs) -> AsyncEngineArgs:
+    """vLLM's default --max-logprobs (20) becomes MAX_LOGPROBS_FOR_BOTH_MODES, so that a replay of unstated
+    mode fits for every k a client may ask; an operator's other value stands (a replay whose 2k + 1 does
+    not fit then falls back to the spec's padding count)."""
+    if args.max_logprobs == VLLM_DEFAULT_MAX_LOGPROBS:
+        args.max_logprobs = MAX_LOGPROBS_FOR_BOTH_MODES
+    return args
 
 
 def _with_poc_batch_budget(args: AsyncEngineArgs) -> AsyncEngineArgs:

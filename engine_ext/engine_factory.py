@@ -70,6 +70,16 @@ def require_v1_model_runner_asked() -> None:
         )
 
 
+def require_processed_default_under_speculation(engine_args: AsyncEngineArgs, default_logprobs_mode: LogprobsMode) -> None:
+    """Under speculative decoding every request's logprobs are processed (engine.speculation_refusal):
+    a raw default would refuse every request that asks for logprobs without naming a mode."""
+    if engine_args.speculative_config is not None and default_logprobs_mode != LogprobsMode.PROCESSED:
+        raise EngineConfigurationError(
+            f"a default logprobs mode of {default_logprobs_mode.value} (--default-logprobs-mode) is not supported with "
+            "--speculative-config: speculative decoding serves processed logprobs only. Leave the default mode processed."
+        )
+
+
 def create_engine(
     settings: EngineSettings,
     calls: EngineCalls,
@@ -84,6 +94,7 @@ def create_engine(
     require_v1_model_runner_asked()
     require_no_kv_connector(settings.vllm_args)
     require_xgrammar_backend(settings.vllm_args)
+    require_processed_default_under_speculation(settings.vllm_args, default_logprobs_mode)
     engine_args = with_worker_extension(settings.vllm_args)
     # Each request's own mode is set per batch by a sampler seam; the engine-wide one only decides
     # which top-k/top-p kernel vLLM binds, and processed keeps it off FlashInfer's, which has no

@@ -18,7 +18,8 @@ class RequestRejected(EngineError):
 
     `part` says what was refused, so the caller can name the field: "sampling" (the sampling
     options), "constraint" (vLLM compiles a structured-output constraint while validating a
-    request that has one) or "request" (anything else)."""
+    request that has one), "logprobs_mode" (the mode asked for cannot be served) or "request"
+    (anything else)."""
 
     def __init__(self, message: str, part: str) -> None:
         super().__init__(message)

@@ -15,7 +15,8 @@ from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOu
 
 from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.errors import RequestRejected
-from engine_ext.replay_rows import LOGPROBS_MODE_ARG, REPLAY_TOKENS_ARG
+from engine_ext.both_logprobs_modes import both_modes_width
+from engine_ext.replay_rows import BOTH_LOGPROBS_MODES, LOGPROBS_MODE_ARG, REPLAY_TOKENS_ARG
 from engine_ext.seams import seams_for_installed_vllm
 
 # Sampling options the server passes through by these names (the contract's SamplingOptions).
@@ -66,6 +67,9 @@ class GenerationRequest:
     enforced_token_ids: tuple[int, ...] | None = None
     # How logprobs are computed (inference-validation.md 2); None: the engine's default.
     logprobs_mode: LogprobsMode | None = None
+    # Both modes' lists in one pass (engine_ext.both_logprobs_modes): each output's `logprobs` are the
+    # processed ones, `raw_logprobs` the raw ones; `logprobs_mode` is then ignored. Needs top_logprobs.
+    both_logprobs_modes: bool = False
 
 
 def with_end_of_sequence(enforced: tuple[int, ...], eos_token_id: int) -> list[int]:
@@ -82,7 +86,13 @@ def sampling_params(request: GenerationRequest, logprobs_mode: LogprobsMode, eos
     if unknown:
         raise ValueError(f"unknown sampling options {sorted(unknown)}")  # a server bug, not the client's
     extra_args: dict[str, Any] = {}
-    if request.top_logprobs is not None:
+    logprobs = request.top_logprobs
+    if request.both_logprobs_modes:
+        if logprobs is None:
+            raise ValueError("both logprobs modes need top_logprobs")  # a server bug, not the client's
+        logprobs = both_modes_width(logprobs)
+        extra_args[LOGPROBS_MODE_ARG] = BOTH_LOGPROBS_MODES
+    elif logprobs is not None:
         extra_args[LOGPROBS_MODE_ARG] = logprobs_mode.value
     if request.enforced_token_ids is not None:
         extra_args[REPLAY_TOKENS_ARG] = with_end_of_sequence(request.enforced_token_ids, eos_token_id)
@@ -91,7 +101,7 @@ def sampling_params(request: GenerationRequest, logprobs_mode: LogprobsMode, eos
             **request.sampling,
             stop=list(request.stop) or None,
             stop_token_ids=list(request.stop_token_ids) or None,
-            logprobs=request.top_logprobs,
+            logprobs=logprobs,
             prompt_logprobs=request.prompt_logprobs,
             flat_logprobs=True,
             structured_outputs=_structured_outputs(request.constraint),

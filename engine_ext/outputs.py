@@ -54,6 +54,9 @@ class OutputDelta:
     logprobs: LogprobColumns | None  # one entry per token id; None without logprobs
     text: str
     finish: Finish | None
+    # A request asking for both logprobs modes (GenerationRequest.both_logprobs_modes): `logprobs`
+    # holds the processed ones, this the raw ones (no ranks). None otherwise.
+    raw_logprobs: LogprobColumns | None = None
 
 
 @dataclass(slots=True)

@@ -18,10 +18,14 @@ import torch
 from vllm.sampling_params import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
+from engine_ext.both_logprobs_modes import k_of_both_modes_width
+
 # In SamplingParams.extra_args: the tokens to force, position by position (list of ints).
 REPLAY_TOKENS_ARG = "gonka_mlnode_enforced_tokens"
-# In SamplingParams.extra_args: "raw_logprobs" or "processed_logprobs".
+# In SamplingParams.extra_args: "raw_logprobs", "processed_logprobs" or BOTH_LOGPROBS_MODES.
 LOGPROBS_MODE_ARG = "gonka_mlnode_logprobs_mode"
+# Both modes' lists in one (engine_ext.both_logprobs_modes): a replay whose mode nobody states.
+BOTH_LOGPROBS_MODES = "raw_and_processed_logprobs"
 
 
 @dataclass
@@ -32,6 +36,8 @@ class RowState:
     output_token_ids: list[int]
     # Only for requests that asked for logprobs.
     logprobs_mode: str | None
+    # The request's `logprobs` (top entries per position), for requests that asked for some.
+    num_logprobs: int | None = None
 
     def next_enforced_token(self) -> int:
         enforced = self.enforced
@@ -46,12 +52,16 @@ class ReplayRows(LogitsProcessor):
         # How many rows want logprobs in each mode: the sampler seam's per-step question is O(1).
         self._modes: Counter[str] = Counter()
         self._enforced_rows = 0
+        # Steps whose sampler took raw and processed logprobs in one pass (the worker's process report).
+        self.mixed_steps = 0
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:
         state = _row_state(sampling_params, [])
         if state is not None and state.enforced is not None and not state.enforced:
             raise ValueError("enforced tokens must not be empty")
+        if state is not None and state.logprobs_mode == BOTH_LOGPROBS_MODES and (state.num_logprobs or 0) % 2 != 1:
+            raise ValueError("a request for both logprobs modes asks for 2k + 1 logprobs")
 
     def is_argmax_invariant(self) -> bool:
         # It changes no logits; being argmax-invariant keeps vLLM from running it for greedy rows.
@@ -83,6 +93,19 @@ class ReplayRows(LogitsProcessor):
 
     def logprobs_modes(self) -> set[str]:
         return {mode for mode, count in self._modes.items() if count}
+
+    def needs_both_modes(self) -> bool:
+        """Whether this step's sampler must take raw and processed logprobs in one pass."""
+        modes = self.logprobs_modes()
+        return len(modes) > 1 or BOTH_LOGPROBS_MODES in modes
+
+    def both_modes_rows(self, num_rows: int, device: torch.device) -> list[tuple[int, torch.Tensor]]:
+        """The rows that want both modes' lists, grouped by their k: (k, row indices on `device`)."""
+        by_k: dict[int, list[int]] = {}
+        for index, state in self._rows.items():
+            if state.logprobs_mode == BOTH_LOGPROBS_MODES and index < num_rows:
+                by_k.setdefault(k_of_both_modes_width(state.num_logprobs), []).append(index)
+        return [(k, self._on_device(rows, torch.long, device)) for k, rows in by_k.items()]
 
     def rows_in_mode(self, mode: str, num_rows: int, device: torch.device) -> torch.Tensor:
         """A boolean mask over the batch's rows: those whose logprobs are to be given in `mode`."""
@@ -137,12 +160,18 @@ def _row_state(params: SamplingParams, output_token_ids: list[int]) -> RowState 
     mode = extra.get(LOGPROBS_MODE_ARG) if params.logprobs is not None else None
     if enforced is None and mode is None:
         return None
-    return RowState(None if enforced is None else [int(token) for token in enforced], output_token_ids, mode)
+    return RowState(None if enforced is None else [int(token) for token in enforced], output_token_ids, mode, params.logprobs)
 
 
 def find_replay_rows(sampling_metadata: Any) -> ReplayRows | None:
-    """The batch's ReplayRows (vLLM keeps argmax-invariant processors in their own list)."""
-    for processor in sampling_metadata.logitsprocs.argmax_invariant:
+    """The batch's ReplayRows."""
+    return replay_rows_of(sampling_metadata.logitsprocs)
+
+
+def replay_rows_of(logitsprocs: Any) -> ReplayRows | None:
+    """The ReplayRows among a persistent batch's logits processors (vLLM's LogitsProcessors, shared by
+    the input batch and each step's sampling metadata, keeps argmax-invariant ones in their own list)."""
+    for processor in logitsprocs.argmax_invariant:
         if isinstance(processor, ReplayRows):
             return processor
     return None

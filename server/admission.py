@@ -3,8 +3,10 @@ inference, held off while the priority gate is closed for a mining round."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
+import asyncio
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 
 import grpc
 
@@ -24,9 +26,16 @@ class Admission:
         self.gate = gate or PriorityGate()
         self._max_streams = max_streams
         self._streams = 0
+        # Replays waiting for a slot (waiting_slot), woken one per slot given back.
+        self._waiters: deque[asyncio.Future[None]] = deque()
 
     def close(self) -> None:
         self._open = False
+        # Waiting replays wake to be refused (require_open) rather than wait for slots.
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
 
     @property
     def is_open(self) -> bool:
@@ -54,7 +63,41 @@ class Admission:
         try:
             yield
         finally:
-            self._streams -= 1
+            self._release()
+
+    @asynccontextmanager
+    async def waiting_slot(self) -> AsyncIterator[None]:
+        """Holds one slot of the same bound while the block runs, waiting for one to be free instead of
+        being refused: the engine requests of a call already admitted (ValidateInference's replays).
+        Refused when shutting down."""
+        self.require_open()
+        while self._max_streams and self._streams >= self._max_streams:
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+            self.require_open()
+        self._streams += 1
+        try:
+            yield
+        finally:
+            self._release()
+
+    @property
+    def streams(self) -> int:
+        """Slots held now."""
+        return self._streams
+
+    def _release(self) -> None:
+        self._streams -= 1
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def refusal(self) -> ServiceError:
         return ServiceError(

@@ -181,7 +181,7 @@ async def _serve_engine(
     )
     server = grpc.aio.server(interceptors=interceptors, options=grpc_server_options(options))
     add_raw_request_service(server, INFERENCE_SERVICE, servicer)
-    validation = ValidationServicer(engine, facts, translator, admission, poc.runner, poc.limits, poc.deliver_validated)
+    validation = ValidationServicer(engine, facts, translator, admission, registry, poc.runner, poc.limits, poc.deliver_validated)
     add_raw_request_service(server, VALIDATION_SERVICE, validation)
     add_raw_request_service(server, POC_SERVICE, poc.servicer)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)

@@ -47,4 +47,6 @@ def _rejection(error: RequestRejected, plan: GenerationPlan | None) -> ServiceEr
         return invalid_field(plan.constraint_field, f"the engine rejected the constraint: {error.message}", Reason.INVALID_CONSTRAINT)
     if error.part == "sampling":
         return invalid_field("sampling", error.message)
+    if error.part == "logprobs_mode":
+        return invalid_field("logprobs.mode", error.message)
     return invalid_field("request", f"the engine rejected the request: {error.message}")

@@ -68,7 +68,7 @@ class InferenceServicer:
             request_id = request.request_id or uuid.uuid4().hex
             with self._admission.stream(), self._registry.track(request_id) as entry:
                 plan = await self._translator.plan(request, request_id)
-                encoder = ResponseEncoder(request_id, plan)
+                encoder = ResponseEncoder(request_id, plan, self._engine.default_logprobs_mode)
                 # aclosing: however this loop is left, the engine request is aborted at once, not
                 # whenever the abandoned generator is collected.
                 async with aclosing(await self._engine.generate(plan.request)) as steps:
@@ -174,5 +174,10 @@ def _aborted(step: GenerationStep) -> bool:
 
 def _engine_process(role: int, report: dict) -> pb.EngineProcess:
     return pb.EngineProcess(
-        role=role, pid=report["pid"], vllm_version=report["vllm_version"], seams=report["seams"], model_runner=report.get("model_runner", "")
+        role=role,
+        pid=report["pid"],
+        vllm_version=report["vllm_version"],
+        seams=report["seams"],
+        model_runner=report.get("model_runner", ""),
+        mixed_logprobs_steps=report.get("mixed_logprobs_steps", 0),
     )

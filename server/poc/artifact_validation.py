@@ -1,5 +1,10 @@
 """ValidationService.ValidatePocArtifacts: recompute a prover's claimed artifacts and judge them
-(poc-v2.md section 7), batch by batch, on KV blocks borrowed beside live inference."""
+(poc-v2.md section 7), batch by batch, on KV blocks borrowed beside live inference.
+
+Every distinct nonce claimed gets its own verdict: recomputed as given (any int64), judged once
+however often it is claimed, and a batch the engine rejects as non-finite is split until its
+non-finite nonces stand alone (poc-v2-models.md section 5: such nonces are dropped one by one).
+"""
 
 from __future__ import annotations
 
@@ -10,11 +15,11 @@ from collections.abc import AsyncIterator, Callable
 import numpy as np
 
 from engine_ext.consensus import check_claimed_vector, fraud_test
-from engine_ext.poc.batch import BATCH_NON_FINITE
+from engine_ext.poc.batch import BATCH_NON_FINITE, PocBatchResult
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.errors import invalid_field
 from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
-from server.poc.round_params import PocLimits, artifact_params, batch_size_of, callback_url_of, nonce_list
+from server.poc.round_params import ArtifactParams, PocLimits, artifact_params, batch_size_of, callback_url_of
 
 MAX_CLAIMS = 100_000
 # Where a claim could not be judged by distance (undecodable, non-finite, or not computed here).
@@ -31,21 +36,21 @@ async def validate_poc_artifacts(
     batch_size = batch_size_of(request, params.seq_len, limits)
     dist_threshold, p_mismatch, p_value_threshold = _stat_test(request)
     callback_url = callback_url_of(request.callback_url)
-    claims = list(request.artifacts)
-    nonce_list([claim.nonce for claim in claims], "artifacts", MAX_CLAIMS)
+    claims, duplicates = _first_claims(list(request.artifacts))
 
     notes = KvBlockNotes()
-    checked = mismatched = 0
+    checked = mismatched = not_computable = 0
     mismatch_nonces: list[int] = []
     for start in range(0, len(claims), batch_size):
         chunk = claims[start : start + batch_size]
-        by_position = iter(chunk)
-        for nonces, result in await runner.run(params, [claim.nonce for claim in chunk], notes):
-            pieces = [next(by_position) for _ in nonces]
+        for nonces, result in await _run_isolating_non_finite(runner, params, [claim.nonce for claim in chunk], notes):
+            pieces = [_claim_of(chunk, nonce) for nonce in nonces]
             if result.status == BATCH_NON_FINITE:
-                # Not computable here: counted in n_total, never as mismatches (spec section 7).
+                # Not computable here (each such nonce stands alone by now): counted in n_total, never as a
+                # mismatch (spec section 7).
                 distances = [NO_DISTANCE] * len(pieces)
                 flags = [False] * len(pieces)
+                not_computable += len(pieces)
             else:
                 computed = np.frombuffer(result.vectors, dtype="<f2").reshape(len(nonces), params.k_dim)
                 verdicts = [check_claimed_vector(computed[i], _claimed_b64(claim), dist_threshold) for i, claim in enumerate(pieces)]
@@ -67,10 +72,50 @@ async def validate_poc_artifacts(
         p_value=verdict.p_value,
         fraud_detected=verdict.fraud_detected,
         kv_blocks_note=notes.describe(),
+        duplicate_nonces=duplicates,
+        n_not_computable=not_computable,
     )
     if callback_url:
         deliver(callback_url, _validated_body(request, summary))
     yield vpb.ValidatePocArtifactsResponse(summary=summary)
+
+
+def _first_claims(claims: list[vpb.ClaimedArtifact]) -> tuple[list[vpb.ClaimedArtifact], list[int]]:
+    """Each nonce's first claim, in request order, and the nonces claimed again (each once, in the order of
+    their second claim). Nonces are recomputed as given: nothing about one claim refuses the call."""
+    if not claims:
+        raise invalid_field("artifacts", "must hold at least one claim")
+    if len(claims) > MAX_CLAIMS:
+        raise invalid_field("artifacts", f"at most {MAX_CLAIMS} per call, got {len(claims)}")
+    first: dict[int, vpb.ClaimedArtifact] = {}
+    duplicates: dict[int, None] = {}
+    for claim in claims:
+        if claim.nonce in first:
+            duplicates[claim.nonce] = None
+        else:
+            first[claim.nonce] = claim
+    return list(first.values()), list(duplicates)
+
+
+def _claim_of(chunk: list[vpb.ClaimedArtifact], nonce: int) -> vpb.ClaimedArtifact:
+    return next(claim for claim in chunk if claim.nonce == nonce)
+
+
+async def _run_isolating_non_finite(
+    runner: PocBatchRunner, params: ArtifactParams, nonces: list[int], notes: KvBlockNotes
+) -> list[tuple[list[int], PocBatchResult]]:
+    """The batches run for `nonces`, a batch that came back non-finite split in halves until each non-finite
+    nonce stands alone: the engine rejects a whole batch for one non-finite row, which must not hide the
+    other claims of that batch from judgement."""
+    results = []
+    for ran, result in await runner.run(params, nonces, notes):
+        if result.status == BATCH_NON_FINITE and len(ran) > 1:
+            half = len(ran) // 2
+            results += await _run_isolating_non_finite(runner, params, ran[:half], notes)
+            results += await _run_isolating_non_finite(runner, params, ran[half:], notes)
+        else:
+            results.append((ran, result))
+    return results
 
 
 def _stat_test(request: vpb.ValidatePocArtifactsRequest) -> tuple[float, float, float]:

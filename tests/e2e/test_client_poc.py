@@ -264,6 +264,7 @@ def test_the_cli_runs_a_round_subscribes_and_validates(server: ServerProcess, st
     assert judged.returncode == 0, judged.stderr
     assert json.loads(judged.stdout) == {
         "n_total": BATCH_SIZE, "n_mismatch": 0, "mismatch_nonces": [], "p_value": 1.0, "fraud_detected": False, "kv_blocks_note": "",
+        "duplicate_nonces": [], "n_not_computable": 0,
     }
     assert judged.stderr == ""  # --json: no progress line
 

@@ -4,6 +4,10 @@ really cut a top-5 list, so processed-mode padding shows and the mode detector h
 from __future__ import annotations
 
 import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections import Counter
 from collections.abc import Iterator
 
@@ -11,7 +15,9 @@ import pytest
 
 from engine_ext.consensus import detect_logprobs_mode, sequence_distance
 from engine_ext.consensus.logprobs_mode import LogprobsMode
-from gonka.mlnode.client import AsyncInferenceClient, Generation, InferenceClient
+from gonka.mlnode.client import AsyncInferenceClient, Generation, InferenceClient, build_request, inference_item
+from gonka.mlnode.v1 import inference_pb2 as pb
+from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.embedded_model import PEAKED_MODEL_DIR
 from tests.support.server_process import REPO_ROOT, SERVER_LAYER_FLAGS, ServerProcess, start_server
 
@@ -106,3 +112,60 @@ def test_the_mode_detector_on_the_servers_own_lists(peaked_server: ServerProcess
     # enough survivors that its padding stayed under the detector's 10 % of ids).
     top_p_hits = sum(detect_logprobs_mode(g.first.logprobs.chain_top) == LogprobsMode.PROCESSED for g in produced["processed"]["top_p 0.9"])
     assert top_p_hits >= REQUESTS_PER_CONFIGURATION - 2
+
+
+# The prompt and settings of issue 26's measurement: honest processed records of the peaked model at temperatures
+# below 1 without top-k/top-p carry no padding, so the spec's padding count alone calls them raw.
+STORY = "Once upon a time, in a distant land, there lived"
+CHAIN_THRESHOLD = 0.94
+
+
+def test_honest_processed_records_pass_when_no_mode_is_stated_anywhere(peaked_server: ServerProcess) -> None:
+    """Neither the item nor the request states the mode: the replay computes both modes' lists and names the one
+    the record matches (the padding count would say raw, and the records failed at 0.85 / 0.89 / 0.92)."""
+    with InferenceClient(peaked_server.target) as client:
+        items = []
+        for temperature in (0.5, 0.6, 0.7):
+            fields = dict(prompt=STORY, temperature=temperature, seed=1, max_tokens=150, ignore_eos=True, top_logprobs=5)
+            recorded = client.generate(build_request(**fields, logprobs_mode="processed", chain_top_logprobs=True), timeout=300).first
+            assert detect_logprobs_mode(recorded.logprobs.chain_top) is LogprobsMode.RAW  # what the padding count alone says
+            items.append(inference_item(build_request(**fields), recorded.token_ids, recorded.logprobs.chain_top, threshold=CHAIN_THRESHOLD))
+        responses = {response.index: response for response in client.validate_inference(items, timeout=600)}
+    for index in range(len(items)):
+        verdict = responses[index].verdict
+        assert verdict.passed and verdict.similarity > 0.99, (index, responses[index])
+        assert (verdict.mode, verdict.mode_source, verdict.mode_detected) == (
+            pb.LOGPROBS_MODE_PROCESSED, vpb.LOGPROBS_MODE_SOURCE_REPLAY, True,
+        ), verdict
+
+
+def test_the_mode_the_original_request_stated_is_the_one_judged(peaked_server: ServerProcess) -> None:
+    with InferenceClient(peaked_server.target) as client:
+        fields = dict(prompt=STORY, temperature=0.7, seed=2, max_tokens=150, ignore_eos=True, top_logprobs=5, logprobs_mode="processed")
+        stated = build_request(**fields)
+        recorded = client.generate(build_request(**fields, chain_top_logprobs=True), timeout=300).first
+        item = inference_item(stated, recorded.token_ids, recorded.logprobs.chain_top, threshold=CHAIN_THRESHOLD)  # no item mode
+        [response] = client.validate_inference([item], timeout=300)
+    verdict = response.verdict
+    assert verdict.passed, response
+    assert (verdict.mode, verdict.mode_source, verdict.mode_detected) == (pb.LOGPROBS_MODE_PROCESSED, vpb.LOGPROBS_MODE_SOURCE_REQUEST, False)
+
+
+def test_the_issues_recorded_completion_passes_its_validation(peaked_server: ServerProcess) -> None:
+    """`complete ... --record | validate-inference --threshold 0.94`, as issue 26 ran it (FAIL at 0.928 then):
+    the record now states the mode the generation ran in, the server's default as the server reported it."""
+
+    def cli(*argv: str) -> list[str]:
+        return [sys.executable, "-m", "gonka.mlnode.client", "--target", peaked_server.target, *argv]
+
+    run = dict(capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=dict(os.environ), check=False)
+    recorded = subprocess.run(
+        cli("complete", STORY, "--temperature", "0.7", "--seed", "1", "--max-tokens", "200", "--logprobs", "5", "--record"), **run
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    [record] = [json.loads(line) for line in recorded.stdout.splitlines()]
+    assert record["mode"] == "processed" and "mode" not in record["request"].get("logprobs", {})
+    validated = subprocess.run(cli("validate-inference", "--threshold", str(CHAIN_THRESHOLD), "--json"), input=recorded.stdout, **run)
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    [response] = [json.loads(line) for line in validated.stdout.splitlines()]
+    assert response["verdict"]["passed"] is True and response["verdict"]["mode"] == "LOGPROBS_MODE_PROCESSED"

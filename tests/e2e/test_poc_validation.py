@@ -170,3 +170,49 @@ def test_a_callback_receiver_that_fails_twice_gets_every_artifact(client: Infere
         assert time.monotonic() < deadline, status.callback
         time.sleep(0.05)
     assert status.callback.delivered == len(produced) and status.callback.given_up == 0
+
+
+def test_a_nonce_outside_int32_is_recomputed_as_given_and_judged_alone(client: InferenceClient, stubs, model_dir) -> None:
+    """The contract recomputes nonces as given: a claim outside the chain's int32 range is judged like any other,
+    and refuses nothing else (issue 26, point 6). The expected vector comes from the transformers reference."""
+    from tests.support.poc_reference import HfPocReference, l2_distance
+
+    _, validation = stubs
+    model = client.model_info().served_model_name
+    big, negative = 2**40 + 7, -(2**35)
+    reference = HfPocReference(model_dir)
+    expected = {nonce: reference.vector("v-block", "v-key", nonce, 64, K) for nonce in (big, negative)}
+    garbage = np.full(K, 0.25, dtype="<f2").tobytes()
+    claims = [
+        vpb.ClaimedArtifact(nonce=big, vector_f16=expected[big].astype("<f2").tobytes()),
+        vpb.ClaimedArtifact(nonce=negative, vector_f16=garbage),
+        vpb.ClaimedArtifact(nonce=5, vector_f16=garbage),
+    ]
+    responses = validate(validation, model, claims)
+    judged = {n: (d, m) for r in responses[:-1] for n, d, m in zip(r.progress.nonces, r.progress.distances, r.progress.mismatches)}
+    summary = responses[-1].summary
+    assert sorted(judged) == sorted([big, negative, 5])
+    assert judged[big][0] < 0.05 and not judged[big][1]  # the engine computed the same vector as the reference
+    assert judged[negative][1] and judged[5][1]
+    assert l2_distance(expected[negative], np.frombuffer(garbage, dtype="<f2")) > 0.2  # a real mismatch, not noise
+    assert (summary.n_total, summary.n_mismatch) == (3, 2)
+
+
+def test_a_nonce_claimed_twice_is_judged_once_counted_once_and_reported(client: InferenceClient, stubs) -> None:
+    poc, validation = stubs
+    model = client.model_info().served_model_name
+    honest = computed_artifacts(poc, model, [200, 201])
+    garbage = np.full(K, 0.25, dtype="<f2").tobytes()
+    claims = [
+        vpb.ClaimedArtifact(nonce=200, vector_f16=honest[200]),
+        vpb.ClaimedArtifact(nonce=201, vector_f16=garbage),
+        vpb.ClaimedArtifact(nonce=201, vector_f16=garbage),  # the same mismatch again must not count twice
+        vpb.ClaimedArtifact(nonce=200, vector_f16=garbage),  # nor may a second claim replace the first
+    ]
+    responses = validate(validation, model, claims)
+    summary = responses[-1].summary
+    assert [n for r in responses[:-1] for n in r.progress.nonces] == [200, 201]
+    assert (summary.n_total, summary.n_mismatch, list(summary.mismatch_nonces)) == (2, 1, [201])
+    assert list(summary.duplicate_nonces) == [201, 200]
+    expected = fraud_test(1, 2, NETWORK_TEST.p_mismatch, NETWORK_TEST.p_value_threshold)
+    assert summary.p_value == pytest.approx(expected.p_value, rel=1e-12)

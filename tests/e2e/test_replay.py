@@ -11,6 +11,7 @@ import pytest
 
 from engine_ext.consensus import sequence_distance
 from gonka.mlnode.client import AsyncInferenceClient, Generation, InferenceClient, ServerError, build_request
+from gonka.mlnode.v1 import inference_pb2 as pb
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
 SCHEMA = json.dumps({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 6}}, "required": ["a", "b"]})
@@ -65,7 +66,13 @@ def test_a_replay_stops_at_its_end_of_sequence_and_past_the_end_repeats_the_last
     assert ignoring.token_ids == [100, 200, eos, eos, eos, eos] and ignoring.finish_reason == "length"
 
 
-def test_mixed_mode_batches_give_each_row_the_logprobs_of_its_own_mode(server) -> None:
+def mixed_logprobs_steps(client: InferenceClient) -> int:
+    """Engine steps whose sampler took raw and processed logprobs in one pass, over the workers (the seam's count)."""
+    processes = client.server_status(include_engine_processes=True).engine_processes
+    return sum(process.mixed_logprobs_steps for process in processes if process.role == pb.EngineProcess.ROLE_WORKER)
+
+
+def test_mixed_mode_batches_give_each_row_the_logprobs_of_its_own_mode(server, client: InferenceClient) -> None:
     def request(index: int, mode: str) -> dict:
         return dict(token_ids=PROMPT_IDS + [index], max_tokens=12, temperature=0.8, top_k=20, seed=100 + index, top_logprobs=5, logprobs_mode=mode)
 
@@ -75,8 +82,13 @@ def test_mixed_mode_batches_give_each_row_the_logprobs_of_its_own_mode(server) -
 
     count = 32
     mixed_modes = ["raw" if index % 2 else "processed" for index in range(count)]
+    before = mixed_logprobs_steps(client)
     mixed = asyncio.run(run(mixed_modes))
+    after_mixed = mixed_logprobs_steps(client)
     all_raw, all_processed = asyncio.run(run(["raw"] * count)), asyncio.run(run(["processed"] * count))
+    # The mixed run really ran mixed batches (the seam's one-pass path), and single-mode batches never take it.
+    assert after_mixed > before
+    assert mixed_logprobs_steps(client) == after_mixed
     differing = 0
     for index, mode in enumerate(mixed_modes):
         reference = (all_raw if mode == "raw" else all_processed)[index].first
@@ -170,3 +182,18 @@ def test_a_replay_that_breaks_its_grammar_completes_and_constrains_nobody_else(s
         jsonschema.validate(json.loads(neighbour.first.text), BOUNDED_SCHEMA)
     with InferenceClient(server.target) as after:
         assert after.generate(token_ids=PROMPT_IDS, max_tokens=3, temperature=0.0).first.finish_reason == "length"
+
+
+def test_an_ordinary_constrained_request_stays_within_its_grammar_or_ends_with_an_error(client: InferenceClient) -> None:
+    """min_tokens forbids the end of sequence while the grammar allows nothing else: every token is masked, and what
+    is sampled breaks the grammar. Not a replay, so the grammar must not be switched off (issue 26, point 3): the
+    request ends with an error, never with output the grammar does not allow and a normal finish."""
+    choices = ["yes", "no"]
+    for seed in (0, 1):
+        output = client.generate(prompt="Answer:", choice=choices, min_tokens=6, max_tokens=10, temperature=1.0, seed=seed,
+                                 include_text=True, timeout=120).first
+        within = output.text in choices and output.finish_reason in ("stop", "length")
+        assert within or output.finish_reason == "error", (output.text, output.finish_reason)
+    # The server serves on: a constrained request without the conflict ends inside its grammar.
+    fine = client.generate(prompt="Answer:", choice=choices, max_tokens=10, temperature=0.0, include_text=True).first
+    assert fine.text in choices and fine.finish_reason == "stop"

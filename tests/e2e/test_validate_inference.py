@@ -32,6 +32,13 @@ def item_of(request: pb.GenerateRequest, recorded: Generation, mode: str | None 
     return inference_item(request, output.token_ids, output.logprobs.chain_top, threshold=THRESHOLD, mode=mode, **changes)
 
 
+def without_stated_mode(request: pb.GenerateRequest) -> pb.GenerateRequest:
+    unstated = pb.GenerateRequest()
+    unstated.CopyFrom(request)
+    unstated.logprobs.mode = pb.LOGPROBS_MODE_UNSPECIFIED
+    return unstated
+
+
 def verdicts(client: InferenceClient, items: list[vpb.InferenceItem]) -> dict[int, vpb.ValidateInferenceResponse]:
     responses = client.validate_inference(items, timeout=300)
     by_index = {response.index: response for response in responses}
@@ -39,33 +46,45 @@ def verdicts(client: InferenceClient, items: list[vpb.InferenceItem]) -> dict[in
     return by_index
 
 
-def test_the_servers_own_outputs_pass_in_both_modes_stated_or_detected(client: InferenceClient) -> None:
-    cases = [
-        ("processed", "processed", dict()),
-        ("raw", "raw", dict(top_k=20, seed=12)),
-        ("processed", None, dict(temperature=0.0)),
-        ("raw", None, dict(top_p=0.9, seed=13)),
-        ("processed", "processed", dict(json_schema=SCHEMA, temperature=0.7, seed=14, token_ids=None, messages=[("user", "JSON please")])),
-    ]
-    items = []
-    for mode, stated, overrides in cases:
-        request, recorded = executed(client, mode, **overrides)
-        items.append(item_of(request, recorded, mode=stated))
-    results = verdicts(client, items)
-    for index, (mode, stated, _) in enumerate(cases):
-        verdict = results[index].verdict
-        assert results[index].WhichOneof("outcome") == "verdict", results[index]
-        assert verdict.passed and verdict.failure == vpb.INFERENCE_FAILURE_UNSPECIFIED, (index, verdict)
-        assert 0 <= verdict.distance < 0.001 and verdict.similarity > 0.999 and verdict.top_ids_found == 1.0
-        assert verdict.replayed_tokens == len(items[index].positions.token_ids)
-        expected_mode = pb.LOGPROBS_MODE_RAW if mode == "raw" else pb.LOGPROBS_MODE_PROCESSED
-        if stated is not None:
-            assert (verdict.mode, verdict.mode_detected) == (expected_mode, False), index
-        else:
-            # Raw lists of the random-weight model never hold ids below 4; nothing is padded either,
-            # so detection says raw for both (or falls back to the default): the replay still passes
-            # only when it ran in the executor's mode.
-            assert verdict.mode in (pb.LOGPROBS_MODE_RAW, pb.LOGPROBS_MODE_PROCESSED)
+RAW, PROCESSED = pb.LOGPROBS_MODE_RAW, pb.LOGPROBS_MODE_PROCESSED
+SOURCE = vpb.LogprobsModeSource
+
+
+@pytest.mark.parametrize(
+    ("mode", "stated", "overrides", "expected"),
+    [
+        ("processed", "item", dict(), (PROCESSED, SOURCE.LOGPROBS_MODE_SOURCE_ITEM, False)),
+        ("raw", "item", dict(top_k=20, seed=12), (RAW, SOURCE.LOGPROBS_MODE_SOURCE_ITEM, False)),
+        ("processed", "request", dict(temperature=0.7, seed=15), (PROCESSED, SOURCE.LOGPROBS_MODE_SOURCE_REQUEST, False)),
+        # Greedy: both modes' lists are the same numbers, so the record cannot tell them apart; the padding
+        # count names the mode (raw: the random-weight model's raw lists never hold ids below 4, nothing is
+        # padded), and either is right.
+        ("processed", None, dict(temperature=0.0), (RAW, SOURCE.LOGPROBS_MODE_SOURCE_PADDING, True)),
+        # Top-p 0.9 keeps most of a near-uniform distribution: processed lists are the raw ones renormalized,
+        # a small but clear shift the replay tells apart.
+        ("raw", None, dict(top_p=0.9, seed=13), (RAW, SOURCE.LOGPROBS_MODE_SOURCE_REPLAY, False)),
+        ("processed", None, dict(top_p=0.9, seed=13), (PROCESSED, SOURCE.LOGPROBS_MODE_SOURCE_REPLAY, False)),
+        ("processed", "item", dict(json_schema=SCHEMA, temperature=0.7, seed=14, token_ids=None, messages=[("user", "JSON please")]),
+         (PROCESSED, SOURCE.LOGPROBS_MODE_SOURCE_ITEM, False)),
+    ],
+    ids=["processed-item", "raw-item", "processed-request", "greedy-unstated", "raw-top-p-unstated", "processed-top-p-unstated", "json-schema"],
+)
+def test_the_servers_own_outputs_pass_and_the_mode_is_resolved_as_stated_or_from_the_replay(
+    client: InferenceClient, mode: str, stated: str | None, overrides: dict, expected: tuple
+) -> None:
+    request, recorded = executed(client, mode, **overrides)
+    if stated != "request":
+        request = without_stated_mode(request)
+    item = item_of(request, recorded, mode=mode if stated == "item" else None)
+    [response] = verdicts(client, [item]).values()
+    assert response.WhichOneof("outcome") == "verdict", response
+    verdict = response.verdict
+    assert verdict.passed and verdict.failure == vpb.INFERENCE_FAILURE_UNSPECIFIED, verdict
+    assert 0 <= verdict.distance < 0.001 and verdict.similarity > 0.999 and verdict.top_ids_found == 1.0
+    assert verdict.replayed_tokens == len(item.positions.token_ids)
+    assert (verdict.mode, verdict.mode_source, verdict.modes_indistinguishable) == expected, verdict
+    detected_sources = (SOURCE.LOGPROBS_MODE_SOURCE_REPLAY, SOURCE.LOGPROBS_MODE_SOURCE_STRICTER, SOURCE.LOGPROBS_MODE_SOURCE_PADDING)
+    assert verdict.mode_detected == (verdict.mode_source in detected_sources)
 
 
 def test_the_distance_is_the_consensus_cores_over_the_replays_lists(client: InferenceClient) -> None:
@@ -118,13 +137,17 @@ def test_a_bad_item_gets_its_own_error_and_the_others_their_verdicts(client: Inf
     out_of_vocabulary.positions.token_ids[3] = 151936 + 9
     bad_sampling = item_of(request, recorded)
     bad_sampling.request.sampling.top_p = 1.5
-    results = verdicts(client, [no_threshold, good, out_of_vocabulary, bad_sampling])
+    # An id outside the vocabulary among the executor's top-k lists (issue 26, point 7).
+    out_of_vocabulary_top = item_of(request, recorded)
+    out_of_vocabulary_top.positions.top_ids[7] = 151936 + 2
+    results = verdicts(client, [no_threshold, good, out_of_vocabulary, bad_sampling, out_of_vocabulary_top])
     assert results[1].verdict.passed
-    errors = {index: results[index].error for index in (0, 2, 3)}
-    assert all(results[index].WhichOneof("outcome") == "error" for index in errors)
+    errors = {index: results[index].error for index in (0, 2, 3, 4)}
+    assert all(results[index].WhichOneof("outcome") == "error" for index in errors), results
     assert (errors[0].code, errors[0].field) == ("INVALID_ARGUMENT", "threshold")
     assert (errors[2].reason, errors[2].field) == ("TOKEN_OUT_OF_VOCABULARY", "positions.token_ids[3]")
     assert (errors[3].reason, errors[3].field, errors[3].retryable) == ("INVALID_FIELD", "request.sampling.top_p", False)
+    assert (errors[4].code, errors[4].reason, errors[4].field) == ("INVALID_ARGUMENT", "TOKEN_OUT_OF_VOCABULARY", "positions.top_ids[7]")
 
 
 def test_an_executor_that_could_not_serve_what_this_node_serves_is_at_fault(client: InferenceClient) -> None:

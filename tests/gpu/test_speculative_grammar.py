@@ -58,3 +58,12 @@ def test_replays_are_refused_while_speculative_decoding_is_on(speculative_client
     with pytest.raises(ServerError) as refused:
         speculative_client.generate(token_ids=[9707, 1879], max_tokens=4, enforced_token_ids=[11, 419], timeout=60)
     assert refused.value.code.name == "INVALID_ARGUMENT", refused.value
+
+
+def test_raw_logprobs_are_refused_while_speculative_decoding_is_on(speculative_client: InferenceClient) -> None:
+    """The rejection sampler bypasses the per-request logprobs-mode seam: raw would silently be processed."""
+    with pytest.raises(ServerError) as refused:
+        speculative_client.generate(token_ids=[9707, 1879], max_tokens=4, top_logprobs=5, logprobs_mode="raw", timeout=60)
+    assert (refused.value.code.name, refused.value.field) == ("INVALID_ARGUMENT", "logprobs.mode"), refused.value
+    served = speculative_client.generate(token_ids=[9707, 1879], max_tokens=4, top_logprobs=5, logprobs_mode="processed", timeout=60)
+    assert served.first.logprobs_mode == "processed" and len(served.first.logprobs.top_ids) == len(served.first.token_ids)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 
@@ -56,3 +58,46 @@ def test_no_inference_stream_while_a_round_holds_the_gate() -> None:
     admission.gate.open()
     with admission.stream():
         pass
+
+
+def test_a_waiting_slot_waits_for_a_free_one_within_the_same_bound() -> None:
+    async def scenario() -> list[str]:
+        admission = Admission(max_streams=2)
+        events: list[str] = []
+        release_first = asyncio.Event()
+
+        async def replay(name: str, hold: asyncio.Event | None) -> None:
+            async with admission.waiting_slot():
+                events.append(f"{name} runs with {admission.streams} slot(s) held")
+                if hold is not None:
+                    await hold.wait()
+
+        with admission.stream():  # the call's own slot
+            first = asyncio.create_task(replay("first", release_first))
+            await asyncio.sleep(0)
+            second = asyncio.create_task(replay("second", None))
+            await asyncio.sleep(0.01)
+            events.append("second waits" if not second.done() else "second did not wait")
+            with pytest.raises(ServiceError):  # a new stream is refused meanwhile: the bound holds
+                with admission.stream():
+                    pass
+            release_first.set()
+            await asyncio.gather(first, second)
+        assert admission.streams == 0
+        return events
+
+    assert asyncio.run(scenario()) == ["first runs with 2 slot(s) held", "second waits", "second runs with 2 slot(s) held"]
+
+
+def test_waiting_replays_are_refused_once_the_server_closes() -> None:
+    async def scenario() -> ServiceError:
+        admission = Admission(max_streams=1)
+        with admission.stream():
+            waiting = asyncio.create_task(admission.waiting_slot().__aenter__())
+            await asyncio.sleep(0.01)
+            admission.close()
+            with pytest.raises(ServiceError) as refused:
+                await waiting
+            return refused.value
+
+    assert asyncio.run(scenario()).reason_name == "SHUTTING_DOWN"

@@ -126,7 +126,7 @@ def test_verdicts_read_as_one_line_each_and_add_up() -> None:
         passed=True, distance=0.0001, similarity=0.9999, top_ids_found=1.0, mode=pb.LOGPROBS_MODE_PROCESSED, replayed_tokens=12))
     differs = vpb.ValidateInferenceResponse(index=3, verdict=vpb.InferenceVerdict(
         failure=vpb.INFERENCE_FAILURE_TOKEN_DIFFERS, distance=-1, first_differing_position=7, executor_token_id=5, replay_token_id=9,
-        mode=pb.LOGPROBS_MODE_RAW, mode_detected=True))
+        mode=pb.LOGPROBS_MODE_RAW, mode_detected=True, mode_source=vpb.LOGPROBS_MODE_SOURCE_PADDING, modes_indistinguishable=True))
     far = vpb.ValidateInferenceResponse(index=1, verdict=vpb.InferenceVerdict(
         failure=vpb.INFERENCE_FAILURE_SIMILARITY_BELOW_THRESHOLD, distance=0.5, similarity=0.5, first_differing_position=0))
     error = vpb.ValidateInferenceResponse(index=2, error=vpb.ItemError(
@@ -135,7 +135,7 @@ def test_verdicts_read_as_one_line_each_and_add_up() -> None:
         "item 0: passed, similarity 0.999900, distance 0.0001, top ids found 100%, 12 tokens replayed, mode processed")
     assert verdict_line(differs).startswith(
         "item 3: FAILED token_differs at position 7 (executor token 5, replay token 9), similarity 0.000000, distance -1,")
-    assert verdict_line(differs).endswith("mode raw (detected)")
+    assert verdict_line(differs).endswith("mode raw (detected: padding, modes indistinguishable)")
     assert verdict_line(far).startswith("item 1: FAILED similarity_below_threshold, similarity 0.500000")
     assert verdict_line(error) == "item 2: ERROR UNAVAILABLE ENGINE_DEAD: the engine died (retryable)"
     tally = Tally(5)

@@ -154,3 +154,10 @@ def test_another_structured_output_backend_is_refused_at_start(default_model: De
     with pytest.raises(engine_factory.EngineConfigurationError, match=re.escape(f"backend {backend!r} is not supported")) as caught:
         engine_factory.create_engine(served, calls=None)
     assert "grammar degradation during validation replays" in str(caught.value)
+
+
+@pytest.mark.parametrize("model_flags", [(), ("--model", "/models/other")], ids=["default-model", "given-model"])
+def test_vllms_default_max_logprobs_makes_room_for_both_modes_of_a_replay(default_model: DefaultModel, model_flags: tuple[str, ...]) -> None:
+    """A replay of unstated mode carries 2k + 1 logprobs (engine_ext.both_logprobs_modes): k = 20 must fit."""
+    assert settings(default_model, *model_flags).vllm_args.max_logprobs == 41
+    assert settings(default_model, *model_flags, "--max-logprobs", "8").vllm_args.max_logprobs == 8  # an operator's value stands

@@ -1,5 +1,7 @@
-"""A token that breaks a request's grammar switches that grammar off for that request alone (the xgrammar
-seam), on real grammars that vLLM's own xgrammar backend compiles with the embedded model's tokenizer."""
+"""A replayed token that breaks a replay's grammar switches that grammar off for that replay alone (the xgrammar
+seam); an ordinary request's grammar stays in force and its rejection is marked for the scheduler to end the
+request with an error. On real grammars that vLLM's own xgrammar backend compiles with the embedded model's
+tokenizer, created through vLLM's own StructuredOutputManager._create_grammar (which the seam marks replays in)."""
 
 from __future__ import annotations
 
@@ -14,13 +16,21 @@ from typing import Any
 import pytest
 import torch
 from vllm.config import StructuredOutputsConfig
+from vllm.sampling_params import SamplingParams
 from vllm.v1.structured_output import StructuredOutputManager
 from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend, XgrammarGrammar
 from vllm.v1.structured_output.utils import choice_as_grammar
 
+from engine_ext.replay_rows import REPLAY_TOKENS_ARG
 from engine_ext.seams import expected_seams, installed_seams
-from engine_ext.seams.common import GRAMMAR_DISABLED, XGRAMMAR_GRACEFUL_DEGRADATION, install_xgrammar_graceful_degradation
+from engine_ext.seams.common import (
+    GRAMMAR_DISABLED,
+    REPLAY_GRAMMARS,
+    XGRAMMAR_GRACEFUL_DEGRADATION,
+    install_replay_grammars,
+    install_xgrammar_graceful_degradation,
+)
 
 SEAMS_LOGGER = "engine_ext.seams.common"
 BITS_PER_MASK_WORD = 32
@@ -48,10 +58,17 @@ def token(tokenizer: Any) -> SimpleNamespace:
 @pytest.fixture
 def seam() -> None:
     install_xgrammar_graceful_degradation()
+    install_replay_grammars()
 
 
-def yes_or_no(backend: XgrammarBackend) -> XgrammarGrammar:
-    return backend.compile_grammar(StructuredOutputOptions.GRAMMAR, choice_as_grammar(["yes", "no"]))
+def yes_or_no(backend: XgrammarBackend, replay: bool = True) -> XgrammarGrammar:
+    """A request's grammar as vLLM creates it: a replay's (enforced tokens in its sampling parameters), or not."""
+    manager = StructuredOutputManager.__new__(StructuredOutputManager)  # only what _create_grammar reads
+    manager.backend = backend
+    key = (StructuredOutputOptions.GRAMMAR, choice_as_grammar(["yes", "no"]))
+    params = SamplingParams(extra_args={REPLAY_TOKENS_ARG: [1, 2]} if replay else None)
+    request = SimpleNamespace(structured_output_request=SimpleNamespace(structured_output_key=key), sampling_params=params)
+    return manager._create_grammar(request)
 
 
 def allows(row: torch.Tensor, token_id: int) -> bool:
@@ -64,7 +81,7 @@ def vllms(method: str) -> Callable[..., Any]:
 
 
 def test_without_the_seam_a_broken_grammar_keeps_masking_from_its_old_state(backend: XgrammarBackend, token: SimpleNamespace) -> None:
-    grammar = yes_or_no(backend)
+    grammar = backend.compile_grammar(StructuredOutputOptions.GRAMMAR, choice_as_grammar(["yes", "no"]))
     bitmask = backend.allocate_token_bitmask(1)
     vllms("fill_bitmask")(grammar, bitmask, 0)
     before = bitmask[0].clone()
@@ -138,9 +155,40 @@ def test_a_disabled_grammar_passes_vllms_speculative_bitmask_path(backend: Xgram
 
 
 @pytest.mark.usefixtures("seam")
-def test_the_seam_is_installed_once_and_expected_on_every_platform() -> None:
-    wrapped = XgrammarGrammar.accept_tokens
+def test_an_ordinary_requests_grammar_stays_in_force_and_rejects(
+    backend: XgrammarBackend, token: SimpleNamespace, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Not a replay: no degradation. vLLM's answer (False) stands, and vLLM's scheduler ends the request
+    with an error."""
+    grammar = yes_or_no(backend, replay=False)
+    bitmask = backend.allocate_token_bitmask(1)
+    grammar.fill_bitmask(bitmask, 0)
+    constrained = bitmask[0].clone()
+    with caplog.at_level(logging.WARNING, logger=SEAMS_LOGGER):
+        assert grammar.accept_tokens("ordinary-1", [token.outside]) is False
+    assert not getattr(grammar, GRAMMAR_DISABLED, False)
+    assert any("ordinary-1" in record.getMessage() and "ends with an error" in record.getMessage() for record in caplog.records)
+    grammar.fill_bitmask(bitmask, 0)
+    assert torch.equal(bitmask[0], constrained) and not allows(bitmask[0], token.outside)  # still constrained
+
+
+@pytest.mark.usefixtures("seam")
+def test_a_replay_past_its_grammars_end_keeps_running(backend: XgrammarBackend, token: SimpleNamespace) -> None:
+    """An executor whose request ran past its grammar's end (min_tokens, ignore_eos) is replayed token for
+    token: the terminated grammar must accept what follows, or vLLM ends the replay with an error."""
+    grammar = yes_or_no(backend)
+    assert grammar.accept_tokens("replay-4", [token.yes, token.eos]) is True
+    assert grammar.is_terminated()
+    assert grammar.accept_tokens("replay-4", [token.outside]) is True
+    assert getattr(grammar, GRAMMAR_DISABLED) is True
+
+
+@pytest.mark.usefixtures("seam")
+def test_the_seams_are_installed_once_and_expected_on_every_platform() -> None:
+    wrapped, create = XgrammarGrammar.accept_tokens, StructuredOutputManager._create_grammar
     install_xgrammar_graceful_degradation()
-    assert XgrammarGrammar.accept_tokens is wrapped
-    assert XGRAMMAR_GRACEFUL_DEGRADATION in installed_seams()
-    assert all(XGRAMMAR_GRACEFUL_DEGRADATION in expected_seams(is_cpu_platform=cpu) for cpu in (True, False))
+    install_replay_grammars()
+    assert XgrammarGrammar.accept_tokens is wrapped and StructuredOutputManager._create_grammar is create
+    for name in (XGRAMMAR_GRACEFUL_DEGRADATION, REPLAY_GRAMMARS):
+        assert name in installed_seams()
+        assert all(name in expected_seams(is_cpu_platform=cpu) for cpu in (True, False))

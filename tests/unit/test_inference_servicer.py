@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
+from engine_ext.consensus.logprobs_mode import DEFAULT_MODE
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.errors import RequestFailed, RequestRejected
 from engine_ext.generation_request import GenerationRequest
@@ -41,6 +42,7 @@ class StandInEngine:
         self.failure = failure
         self.closed: list[str] = []
         self.calls = EngineCalls(1.0, 5.0)
+        self.default_logprobs_mode = DEFAULT_MODE
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
         if self.failure is not None:

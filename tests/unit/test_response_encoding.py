@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.generation_request import GenerationRequest
 from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta, PromptLogprobs
 from gonka.mlnode.v1 import inference_pb2 as pb
@@ -55,6 +56,19 @@ def test_stop_token_and_length_and_abort_finishes() -> None:
     assert ResponseEncoder("r", plan()).encode(step([3], finished=finish(FinishReason.LENGTH)))[0].finish.reason == pb.FINISH_REASON_LENGTH
     aborted = ResponseEncoder("r", plan(top_logprobs=3)).encode(step([], finished=finish(FinishReason.ABORT)))
     assert len(aborted) == 1 and not aborted[0].tokens.ids and aborted[0].finish.reason == pb.FINISH_REASON_ABORT
+
+
+def test_the_finish_says_the_logprobs_mode_the_output_ran_in() -> None:
+    def finish_mode(request: GenerationRequest, default: LogprobsMode) -> int:
+        encoder = ResponseEncoder("r", GenerationPlan(request, 0, 0.0, None), default)
+        return encoder.encode(step([3], finished=finish(FinishReason.STOP)))[0].finish.logprobs_mode
+
+    stated = GenerationRequest("r", PROMPT, top_logprobs=2, logprobs_mode=LogprobsMode.RAW)
+    unstated = GenerationRequest("r", PROMPT, top_logprobs=2)
+    assert finish_mode(stated, LogprobsMode.PROCESSED) == pb.LOGPROBS_MODE_RAW
+    assert finish_mode(unstated, LogprobsMode.RAW) == pb.LOGPROBS_MODE_RAW  # the server's default, as it ran
+    assert finish_mode(unstated, LogprobsMode.PROCESSED) == pb.LOGPROBS_MODE_PROCESSED
+    assert finish_mode(GenerationRequest("r", PROMPT), LogprobsMode.RAW) == pb.LOGPROBS_MODE_UNSPECIFIED  # no logprobs
 
 
 def test_outputs_of_n_keep_their_index_and_their_own_counts() -> None:

@@ -187,5 +187,7 @@ def test_distance_and_lists() -> None:
         C.build_topk_list(1, -0.5, [(1, -0.5), (2, -1.0)], 3)
     with pytest.raises(ValueError, match="unknown logprobs mode 'fast'"):
         C.resolve_logprobs_mode("fast", [])
+    with pytest.raises(ValueError, match="unknown logprobs mode 'slow'"):
+        C.resolve_logprobs_mode(None, [], request_mode="slow")
     for distance in (math.nan, math.inf, -math.inf, -1.0, -0.5):
         assert C.similarity(distance) == 0.0

@@ -8,6 +8,7 @@ import itertools
 import math
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -179,11 +180,12 @@ def test_logprobs_mode_detection_follows_the_share_of_low_ids(positions: list[li
     mode = C.detect_logprobs_mode(positions)
     if len(ids) < 10:
         assert mode is None
-        assert C.resolve_logprobs_mode(None, positions) is C.DEFAULT_MODE
+        assert C.resolve_logprobs_mode(None, positions) == C.ModeResolution(C.DEFAULT_MODE, C.ModeSource.DEFAULT)
     else:
         low = sum(t < 4 for t in ids) / len(ids)
         assert mode is (C.LogprobsMode.PROCESSED if low > 0.10 else C.LogprobsMode.RAW)
-    assert C.resolve_logprobs_mode("raw_logprobs", positions) is C.LogprobsMode.RAW
+        assert C.resolve_logprobs_mode(None, positions) == C.ModeResolution(mode, C.ModeSource.PADDING)
+    assert C.resolve_logprobs_mode("raw_logprobs", positions) == C.ModeResolution(C.LogprobsMode.RAW, C.ModeSource.ITEM)
 
 
 def test_logprobs_mode_detection_examples() -> None:
@@ -191,8 +193,60 @@ def test_logprobs_mode_detection_examples() -> None:
     raw = [{900 + i: -0.1 * i for i in range(5)}] * 3
     assert C.detect_logprobs_mode(processed) is C.LogprobsMode.PROCESSED
     assert C.detect_logprobs_mode(raw) is C.LogprobsMode.RAW
-    assert C.resolve_logprobs_mode(C.LogprobsMode.RAW, processed) is C.LogprobsMode.RAW
+    assert C.resolve_logprobs_mode(C.LogprobsMode.RAW, processed).mode is C.LogprobsMode.RAW
     assert C.DEFAULT_MODE is C.LogprobsMode.PROCESSED
+
+
+RAW, PROCESSED = C.LogprobsMode.RAW, C.LogprobsMode.PROCESSED
+
+
+def test_the_mode_priority_is_item_then_request_then_replay_then_padding_then_default() -> None:
+    padded = [{900: -0.1, 0: -9999.0, 1: -9999.0, 2: -9999.0, 3: -9999.0}] * 3
+    clearly_raw = {RAW: 0.0, PROCESSED: 0.2}
+    resolve = C.resolve_logprobs_mode
+    assert resolve(PROCESSED, padded, request_mode=RAW, replay_distances=clearly_raw) == C.ModeResolution(PROCESSED, C.ModeSource.ITEM)
+    assert resolve(None, padded, request_mode=RAW) == C.ModeResolution(RAW, C.ModeSource.REQUEST)
+    assert resolve(None, padded, replay_distances=clearly_raw) == C.ModeResolution(RAW, C.ModeSource.REPLAY)
+    assert resolve(None, padded, replay_distances={RAW: 0.1, PROCESSED: 0.1}) == C.ModeResolution(PROCESSED, C.ModeSource.PADDING)
+    assert resolve(None, padded, replay_distances={RAW: 0.06, PROCESSED: 0.08}) == C.ModeResolution(PROCESSED, C.ModeSource.STRICTER)
+    assert resolve(None, [], RAW, replay_distances={RAW: 0.0, PROCESSED: 0.0}) == C.ModeResolution(RAW, C.ModeSource.DEFAULT)
+    assert C.stated_logprobs_mode(None, None) is None
+    assert resolve(None, padded, replay_distances=clearly_raw).detected and not resolve(RAW, padded).detected
+
+
+REPLAY, STRICTER = C.ModeSource.REPLAY, C.ModeSource.STRICTER
+
+
+@pytest.mark.parametrize(
+    ("raw", "processed", "expected"),
+    [
+        (0.0, 1e-7, (RAW, REPLAY)),  # an honest raw record on the validator's own engine
+        (0.3, 0.0, (PROCESSED, REPLAY)),
+        (0.02, 0.041, (RAW, REPLAY)),  # an honest record across hardware: noise well under the other mode's distance
+        (0.05, 0.1, (RAW, REPLAY)),  # exactly the decisive ratio
+        (0.06, 0.08, (PROCESSED, STRICTER)),  # a record scaled away from both: judged where it matches worse
+        (5.1e-4, 5e-4, (RAW, STRICTER)),  # near-identical modes (top-k 20 on a flat distribution)
+        (0.0, 0.0, None),  # identical lists: greedy, temperature 1 with nothing masked (the padding count decides)
+        (-1.0, -1.0, None),  # the tokens differ: no distance at all
+        (math.nan, 0.0, None),
+    ],
+)
+def test_the_replay_names_the_mode_a_record_matches_clearly_better_else_the_stricter(raw: float, processed: float, expected) -> None:
+    resolution = C.replay_logprobs_mode({RAW: raw, PROCESSED: processed})
+    assert (None if resolution is None else (resolution.mode, resolution.source)) == expected
+
+
+@FAST
+@given(st.floats(min_value=0, max_value=2), st.floats(min_value=0, max_value=2), st.sampled_from([RAW, PROCESSED]))
+def test_an_unstated_mode_never_helps_a_record_that_fails_in_its_own_mode_unless_it_matches_the_other_clearly(
+    raw: float, processed: float, made_in
+) -> None:
+    """The judged distance is the record's own mode's, or larger, except where the other mode is decisively nearer."""
+    distances = {RAW: raw, PROCESSED: processed}
+    judged = C.resolve_logprobs_mode(None, [], replay_distances=distances)
+    other = PROCESSED if made_in is RAW else RAW
+    decisive_other = judged.source is C.ModeSource.REPLAY and judged.mode is other
+    assert decisive_other or distances[judged.mode] >= distances[made_in] or raw == processed
 
 
 @FAST
@@ -203,3 +257,10 @@ def test_murmur_is_a_bijection_of_the_key_and_batches_over_seeds(seed: int) -> N
     assert len(set(hashes.tolist())) == 5000 and int(hashes.min()) >= 0 and int(hashes.max()) <= 2**32 - 1
     both = C.murmur3_32(keys, torch.tensor([[seed], [seed ^ 1]]))
     assert torch.equal(both[0], hashes) and torch.equal(both[1], C.murmur3_32(keys, seed ^ 1))
+
+
+def test_modes_are_indistinguishable_when_the_replays_two_lists_are_no_farther_apart_than_the_record_is() -> None:
+    assert C.modes_indistinguishable(0.0, {})  # identical lists: greedy, temperature 1 with nothing masked
+    assert C.modes_indistinguishable(1e-5, {RAW: 5e-4, PROCESSED: 5.1e-4})  # top-k 20 on a peaked model: within noise
+    assert not C.modes_indistinguishable(0.1, {RAW: 5e-4, PROCESSED: 0.1})  # temperature 0.7: far apart
+    assert not C.modes_indistinguishable(1e-5, {RAW: -1.0, PROCESSED: -1.0})  # no distances (the tokens differ)

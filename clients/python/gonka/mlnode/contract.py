@@ -24,8 +24,8 @@ from google.protobuf import descriptor_pb2
 import gonka.mlnode.v1
 
 # Written by `make contract`: the previous commit's revision, plus one when the digest changed.
-REVISION = 3
-DIGEST = "sha256:55bc4ce29a7abfb07c73f90fa64e9f81271125935e352f1e20e8362647d7f7c8"
+REVISION = 4
+DIGEST = "sha256:d587bd22167f41245f7175d4c999f4941542883fac7aba27d73417ebd56cfcaf"
 
 
 def stub_digest() -> str:

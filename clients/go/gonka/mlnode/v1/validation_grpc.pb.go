@@ -18,17 +18,21 @@ const _ = grpc.SupportPackageIsVersion7
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type ValidationServiceClient interface {
 	// Replays each item's inference with the executor's tokens enforced and judges the logprob
-	// distance the way the chain does (inference-validation.md). Items are replayed concurrently (at
-	// most 128 at once per call); one response per item is streamed as it completes (not in request
+	// distance the way the chain does (inference-validation.md; docs/validation.md). Items are
+	// replayed concurrently (at most 128 at once per call); each replay is an engine request and holds
+	// one of the server's --max-concurrent-streams slots while it runs (the call's own slot serves its
+	// first replay; the others wait for free slots, so that validation never puts more requests into
+	// the engine than the bound). One response per item is streamed as it completes (not in request
 	// order), tagged with the item's index, and the stream ends with status OK after the last. A bad
-	// item, or one the engine fails, gets its own ItemError without failing the others.
+	// item, or one whose replay this node could not finish, gets its own ItemError without failing the
+	// others: a verdict is only given on a replay that ran to the record's own end (see ItemError).
 	// Errors before any response:
 	//   - INVALID_ARGUMENT (INVALID_FIELD, field items): no items, or more than the server's limit
 	//     (1024).
 	//   - UNAVAILABLE (POC_IN_PROGRESS), with RetryInfo: a mining round is running.
 	//   - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
 	//   - RESOURCE_EXHAUSTED (TOO_MANY_STREAMS), with RetryInfo: the server already runs
-	//     --max-concurrent-streams streams (a call holds one, whatever its number of items).
+	//     --max-concurrent-streams streams (a call needs one free slot to start).
 	//
 	// Error after some responses: UNAVAILABLE (POC_PREEMPTED), with RetryInfo: a mining round
 	// started and aborted the replays still running; the verdicts already sent stand, the items not
@@ -39,12 +43,16 @@ type ValidationServiceClient interface {
 	// blocks are short), then the summary, then ends with status OK. Runs beside live inference on
 	// borrowed KV blocks (a batch waits up to --poc-block-wait-s for free blocks, then is halved),
 	// and during a mining round. Malformed or non-finite claimed vectors are mismatches, not errors;
-	// claims in a batch this node computes as non-finite count in n_total but never as mismatches.
+	// a claim whose nonce this node computes as non-finite counts in n_total but never as a mismatch
+	// (a batch that comes back non-finite is split until the non-finite nonces stand alone, so that
+	// one such nonce hides no other claim). Every claim gets its own entry in a progress message; a
+	// nonce claimed more than once is judged once, counted once in n_total and listed in the
+	// summary's duplicate_nonces.
 	// Errors before any message:
 	//   - INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field): a missing block_hash,
 	//     public_key, params, stat_test or one of its fields; a stat_test value out of range; no
 	//     artifacts or more than 100000; impossible params.seq_len, params.k_dim or batch_size; a
-	//     callback_url that is not http(s).
+	//     callback_url that is not http(s). Nothing about one claim refuses the call.
 	//   - FAILED_PRECONDITION (MODEL_MISMATCH, field params.model): params.model is not the served
 	//     model.
 	//   - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
@@ -135,17 +143,21 @@ func (x *validationServiceValidatePocArtifactsClient) Recv() (*ValidatePocArtifa
 // for forward compatibility
 type ValidationServiceServer interface {
 	// Replays each item's inference with the executor's tokens enforced and judges the logprob
-	// distance the way the chain does (inference-validation.md). Items are replayed concurrently (at
-	// most 128 at once per call); one response per item is streamed as it completes (not in request
+	// distance the way the chain does (inference-validation.md; docs/validation.md). Items are
+	// replayed concurrently (at most 128 at once per call); each replay is an engine request and holds
+	// one of the server's --max-concurrent-streams slots while it runs (the call's own slot serves its
+	// first replay; the others wait for free slots, so that validation never puts more requests into
+	// the engine than the bound). One response per item is streamed as it completes (not in request
 	// order), tagged with the item's index, and the stream ends with status OK after the last. A bad
-	// item, or one the engine fails, gets its own ItemError without failing the others.
+	// item, or one whose replay this node could not finish, gets its own ItemError without failing the
+	// others: a verdict is only given on a replay that ran to the record's own end (see ItemError).
 	// Errors before any response:
 	//   - INVALID_ARGUMENT (INVALID_FIELD, field items): no items, or more than the server's limit
 	//     (1024).
 	//   - UNAVAILABLE (POC_IN_PROGRESS), with RetryInfo: a mining round is running.
 	//   - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
 	//   - RESOURCE_EXHAUSTED (TOO_MANY_STREAMS), with RetryInfo: the server already runs
-	//     --max-concurrent-streams streams (a call holds one, whatever its number of items).
+	//     --max-concurrent-streams streams (a call needs one free slot to start).
 	//
 	// Error after some responses: UNAVAILABLE (POC_PREEMPTED), with RetryInfo: a mining round
 	// started and aborted the replays still running; the verdicts already sent stand, the items not
@@ -156,12 +168,16 @@ type ValidationServiceServer interface {
 	// blocks are short), then the summary, then ends with status OK. Runs beside live inference on
 	// borrowed KV blocks (a batch waits up to --poc-block-wait-s for free blocks, then is halved),
 	// and during a mining round. Malformed or non-finite claimed vectors are mismatches, not errors;
-	// claims in a batch this node computes as non-finite count in n_total but never as mismatches.
+	// a claim whose nonce this node computes as non-finite counts in n_total but never as a mismatch
+	// (a batch that comes back non-finite is split until the non-finite nonces stand alone, so that
+	// one such nonce hides no other claim). Every claim gets its own entry in a progress message; a
+	// nonce claimed more than once is judged once, counted once in n_total and listed in the
+	// summary's duplicate_nonces.
 	// Errors before any message:
 	//   - INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field): a missing block_hash,
 	//     public_key, params, stat_test or one of its fields; a stat_test value out of range; no
 	//     artifacts or more than 100000; impossible params.seq_len, params.k_dim or batch_size; a
-	//     callback_url that is not http(s).
+	//     callback_url that is not http(s). Nothing about one claim refuses the call.
 	//   - FAILED_PRECONDITION (MODEL_MISMATCH, field params.model): params.model is not the served
 	//     model.
 	//   - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.

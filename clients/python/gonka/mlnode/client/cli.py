@@ -2,7 +2,7 @@
 
     mlnode-client chat "Why is the sky blue?" --max-tokens 64
     mlnode-client complete "Once upon a time" --logprobs 5
-    mlnode-client complete "Once upon a time" --logprobs 5 --logprobs-mode processed --record | mlnode-client validate-inference --threshold 0.94
+    mlnode-client complete "Once upon a time" --logprobs 5 --record | mlnode-client validate-inference --threshold 0.94
     mlnode-client info | status | abort REQUEST_ID
     mlnode-client round start --block-hash H --public-key K --seq-len 1024 | round stop | round status
     mlnode-client subscribe --json > artifacts.jsonl

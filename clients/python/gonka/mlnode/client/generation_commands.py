@@ -61,7 +61,9 @@ def run_generation(client: InferenceClient, args: argparse.Namespace, out: TextI
     if args.record:
         generation = client.generate(request, timeout=args.timeout)
         for index in sorted(generation.outputs):
-            out.write(json.dumps(record(request, generation.outputs[index], args.logprobs_mode)) + "\n")
+            output = generation.outputs[index]
+            # The mode the generation ran in, as the server reports it (the one asked for, else its default).
+            out.write(json.dumps(record(request, output, output.logprobs_mode or args.logprobs_mode)) + "\n")
         return 0
     for response in client.stream(request, timeout=args.timeout):
         if args.json:

@@ -12,8 +12,9 @@ the simple fields below, flat in the object, never both:
     any SamplingOptions field (max_tokens, temperature, top_p, top_k, seed, stop, ...),
     chat_template_kwargs, add_generation_prompt, json_schema | regex | grammar | choice | json_object.
 `threshold` is required unless the validator gives one for every item; `mode` ("raw" or "processed")
-is optional (unset: the server detects it); `executor_could_not_serve` (default false) needs no
-positions. Any other key is an error: a misspelt key must not be dropped silently.
+is optional (unset: the request's own logprobs.mode, else the server detects it; `--record` writes
+the mode the generation ran in, as the server reported it); `executor_could_not_serve` (default
+false) needs no positions. Any other key is an error: a misspelt key must not be dropped silently.
 """
 
 from __future__ import annotations

@@ -126,7 +126,8 @@ def _compute(client: InferenceClient, args: argparse.Namespace, out: TextIO, err
 
 def _validate(client: InferenceClient, args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     progress = Progress(err, enabled=wants_progress(args))
-    total = len(args.claims)
+    # The server judges each nonce once, however often it is claimed.
+    total = len({nonce for nonce, _ in args.claims})
     responses = client.poc.validate_poc_artifacts(
         claims=args.claims,
         dist_threshold=args.dist_threshold,
@@ -160,3 +161,5 @@ def _print_summary(summary: vpb.PocValidationSummary, as_json: bool, out: TextIO
     print(f"{verdict}: {summary.n_mismatch} of {summary.n_total} claims mismatch, p-value {summary.p_value:.6g}", file=out)
     if summary.mismatch_nonces:
         print("mismatching nonces: " + " ".join(str(nonce) for nonce in summary.mismatch_nonces), file=out)
+    if summary.duplicate_nonces:
+        print("claimed more than once (judged once): " + " ".join(str(nonce) for nonce in summary.duplicate_nonces), file=out)

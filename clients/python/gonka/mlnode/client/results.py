@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 from gonka.mlnode.v1 import inference_pb2 as pb
 
+REPORTED_MODES = {pb.LOGPROBS_MODE_RAW: "raw", pb.LOGPROBS_MODE_PROCESSED: "processed"}
+
 
 @dataclass
 class TokenLogprobs:
@@ -41,6 +43,8 @@ class Output:
     stop_reason: str | int | None = None
     usage: pb.Usage | None = None
     messages: int = 0
+    # "raw" or "processed": the mode the server says the logprobs ran in (None without logprobs).
+    logprobs_mode: str | None = None
 
 
 @dataclass
@@ -71,6 +75,7 @@ class Generation:
             kind = finish.WhichOneof("stop_reason")
             output.stop_reason = None if kind is None else getattr(finish, kind)
             output.usage = finish.usage
+            output.logprobs_mode = REPORTED_MODES.get(finish.logprobs_mode)
 
     @property
     def first(self) -> Output:

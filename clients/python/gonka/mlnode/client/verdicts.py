@@ -17,7 +17,7 @@ def verdict_line(response: vpb.ValidateInferenceResponse) -> str:
         retry = " (retryable)" if error.retryable else ""
         return f"item {response.index}: ERROR {error.code} {error.reason}{where}: {error.message}{retry}"
     verdict = response.verdict
-    mode = pb.LogprobsMode.Name(verdict.mode).removeprefix("LOGPROBS_MODE_").lower() + (" (detected)" if verdict.mode_detected else "")
+    mode = pb.LogprobsMode.Name(verdict.mode).removeprefix("LOGPROBS_MODE_").lower() + _mode_source(verdict)
     measures = (
         f"similarity {verdict.similarity:.6f}, distance {verdict.distance:.6g}, top ids found {verdict.top_ids_found:.0%}, "
         f"{verdict.replayed_tokens} tokens replayed, mode {mode}"
@@ -26,6 +26,14 @@ def verdict_line(response: vpb.ValidateInferenceResponse) -> str:
         return f"item {response.index}: passed, {measures}"
     failure = vpb.InferenceFailure.Name(verdict.failure).removeprefix("INFERENCE_FAILURE_").lower()
     return f"item {response.index}: FAILED {failure}{_where(verdict)}, {measures}"
+
+
+def _mode_source(verdict: vpb.InferenceVerdict) -> str:
+    """How the mode was resolved, where the record itself decided it (nothing stated it)."""
+    if not verdict.mode_detected:
+        return ""
+    source = vpb.LogprobsModeSource.Name(verdict.mode_source).removeprefix("LOGPROBS_MODE_SOURCE_").lower()
+    return f" (detected: {source}{', modes indistinguishable' if verdict.modes_indistinguishable else ''})"
 
 
 def _where(verdict: vpb.InferenceVerdict) -> str:

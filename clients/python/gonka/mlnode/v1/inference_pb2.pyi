@@ -216,16 +216,18 @@ class PromptLogprobs(_message.Message):
     def __init__(self, tokens: _Optional[_Union[TokenBatch, _Mapping]] = ...) -> None: ...
 
 class Finish(_message.Message):
-    __slots__ = ("reason", "stop_string", "stop_token_id", "usage")
+    __slots__ = ("reason", "stop_string", "stop_token_id", "usage", "logprobs_mode")
     REASON_FIELD_NUMBER: _ClassVar[int]
     STOP_STRING_FIELD_NUMBER: _ClassVar[int]
     STOP_TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     USAGE_FIELD_NUMBER: _ClassVar[int]
+    LOGPROBS_MODE_FIELD_NUMBER: _ClassVar[int]
     reason: FinishReason
     stop_string: str
     stop_token_id: int
     usage: Usage
-    def __init__(self, reason: _Optional[_Union[FinishReason, str]] = ..., stop_string: _Optional[str] = ..., stop_token_id: _Optional[int] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ...) -> None: ...
+    logprobs_mode: LogprobsMode
+    def __init__(self, reason: _Optional[_Union[FinishReason, str]] = ..., stop_string: _Optional[str] = ..., stop_token_id: _Optional[int] = ..., usage: _Optional[_Union[Usage, _Mapping]] = ..., logprobs_mode: _Optional[_Union[LogprobsMode, str]] = ...) -> None: ...
 
 class Usage(_message.Message):
     __slots__ = ("prompt_tokens", "completion_tokens", "cached_tokens")
@@ -318,7 +320,7 @@ class GetServerStatusResponse(_message.Message):
     def __init__(self, running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., active_streams: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., versions: _Optional[_Union[Versions, _Mapping]] = ..., engine_processes: _Optional[_Iterable[_Union[EngineProcess, _Mapping]]] = ..., engine_problem: _Optional[str] = ..., contract_revision: _Optional[int] = ..., contract_digest: _Optional[str] = ..., inference_gate_closed: bool = ..., poc_round_id: _Optional[str] = ...) -> None: ...
 
 class EngineProcess(_message.Message):
-    __slots__ = ("role", "pid", "vllm_version", "seams", "model_runner")
+    __slots__ = ("role", "pid", "vllm_version", "seams", "model_runner", "mixed_logprobs_steps")
     class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ROLE_UNSPECIFIED: _ClassVar[EngineProcess.Role]
@@ -332,12 +334,14 @@ class EngineProcess(_message.Message):
     VLLM_VERSION_FIELD_NUMBER: _ClassVar[int]
     SEAMS_FIELD_NUMBER: _ClassVar[int]
     MODEL_RUNNER_FIELD_NUMBER: _ClassVar[int]
+    MIXED_LOGPROBS_STEPS_FIELD_NUMBER: _ClassVar[int]
     role: EngineProcess.Role
     pid: int
     vllm_version: str
     seams: _containers.RepeatedScalarFieldContainer[str]
     model_runner: str
-    def __init__(self, role: _Optional[_Union[EngineProcess.Role, str]] = ..., pid: _Optional[int] = ..., vllm_version: _Optional[str] = ..., seams: _Optional[_Iterable[str]] = ..., model_runner: _Optional[str] = ...) -> None: ...
+    mixed_logprobs_steps: int
+    def __init__(self, role: _Optional[_Union[EngineProcess.Role, str]] = ..., pid: _Optional[int] = ..., vllm_version: _Optional[str] = ..., seams: _Optional[_Iterable[str]] = ..., model_runner: _Optional[str] = ..., mixed_logprobs_steps: _Optional[int] = ...) -> None: ...
 
 class Versions(_message.Message):
     __slots__ = ("server", "vllm", "torch", "python", "grpc")

@@ -17,12 +17,29 @@ class InferenceFailure(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     INFERENCE_FAILURE_TOKEN_DIFFERS: _ClassVar[InferenceFailure]
     INFERENCE_FAILURE_EMPTY_TOP_K: _ClassVar[InferenceFailure]
     INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE: _ClassVar[InferenceFailure]
+
+class LogprobsModeSource(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LOGPROBS_MODE_SOURCE_UNSPECIFIED: _ClassVar[LogprobsModeSource]
+    LOGPROBS_MODE_SOURCE_ITEM: _ClassVar[LogprobsModeSource]
+    LOGPROBS_MODE_SOURCE_REQUEST: _ClassVar[LogprobsModeSource]
+    LOGPROBS_MODE_SOURCE_REPLAY: _ClassVar[LogprobsModeSource]
+    LOGPROBS_MODE_SOURCE_PADDING: _ClassVar[LogprobsModeSource]
+    LOGPROBS_MODE_SOURCE_DEFAULT: _ClassVar[LogprobsModeSource]
+    LOGPROBS_MODE_SOURCE_STRICTER: _ClassVar[LogprobsModeSource]
 INFERENCE_FAILURE_UNSPECIFIED: InferenceFailure
 INFERENCE_FAILURE_SIMILARITY_BELOW_THRESHOLD: InferenceFailure
 INFERENCE_FAILURE_LENGTH_DIFFERS: InferenceFailure
 INFERENCE_FAILURE_TOKEN_DIFFERS: InferenceFailure
 INFERENCE_FAILURE_EMPTY_TOP_K: InferenceFailure
 INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE: InferenceFailure
+LOGPROBS_MODE_SOURCE_UNSPECIFIED: LogprobsModeSource
+LOGPROBS_MODE_SOURCE_ITEM: LogprobsModeSource
+LOGPROBS_MODE_SOURCE_REQUEST: LogprobsModeSource
+LOGPROBS_MODE_SOURCE_REPLAY: LogprobsModeSource
+LOGPROBS_MODE_SOURCE_PADDING: LogprobsModeSource
+LOGPROBS_MODE_SOURCE_DEFAULT: LogprobsModeSource
+LOGPROBS_MODE_SOURCE_STRICTER: LogprobsModeSource
 
 class ValidateInferenceRequest(_message.Message):
     __slots__ = ("items",)
@@ -67,7 +84,7 @@ class ValidateInferenceResponse(_message.Message):
     def __init__(self, index: _Optional[int] = ..., verdict: _Optional[_Union[InferenceVerdict, _Mapping]] = ..., error: _Optional[_Union[ItemError, _Mapping]] = ...) -> None: ...
 
 class InferenceVerdict(_message.Message):
-    __slots__ = ("passed", "distance", "similarity", "failure", "first_differing_position", "executor_token_id", "replay_token_id", "top_ids_found", "mode", "mode_detected", "replayed_tokens")
+    __slots__ = ("passed", "distance", "similarity", "failure", "first_differing_position", "executor_token_id", "replay_token_id", "top_ids_found", "mode", "mode_detected", "replayed_tokens", "mode_source", "modes_indistinguishable")
     PASSED_FIELD_NUMBER: _ClassVar[int]
     DISTANCE_FIELD_NUMBER: _ClassVar[int]
     SIMILARITY_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +96,8 @@ class InferenceVerdict(_message.Message):
     MODE_FIELD_NUMBER: _ClassVar[int]
     MODE_DETECTED_FIELD_NUMBER: _ClassVar[int]
     REPLAYED_TOKENS_FIELD_NUMBER: _ClassVar[int]
+    MODE_SOURCE_FIELD_NUMBER: _ClassVar[int]
+    MODES_INDISTINGUISHABLE_FIELD_NUMBER: _ClassVar[int]
     passed: bool
     distance: float
     similarity: float
@@ -90,7 +109,9 @@ class InferenceVerdict(_message.Message):
     mode: _inference_pb2.LogprobsMode
     mode_detected: bool
     replayed_tokens: int
-    def __init__(self, passed: bool = ..., distance: _Optional[float] = ..., similarity: _Optional[float] = ..., failure: _Optional[_Union[InferenceFailure, str]] = ..., first_differing_position: _Optional[int] = ..., executor_token_id: _Optional[int] = ..., replay_token_id: _Optional[int] = ..., top_ids_found: _Optional[float] = ..., mode: _Optional[_Union[_inference_pb2.LogprobsMode, str]] = ..., mode_detected: bool = ..., replayed_tokens: _Optional[int] = ...) -> None: ...
+    mode_source: LogprobsModeSource
+    modes_indistinguishable: bool
+    def __init__(self, passed: bool = ..., distance: _Optional[float] = ..., similarity: _Optional[float] = ..., failure: _Optional[_Union[InferenceFailure, str]] = ..., first_differing_position: _Optional[int] = ..., executor_token_id: _Optional[int] = ..., replay_token_id: _Optional[int] = ..., top_ids_found: _Optional[float] = ..., mode: _Optional[_Union[_inference_pb2.LogprobsMode, str]] = ..., mode_detected: bool = ..., replayed_tokens: _Optional[int] = ..., mode_source: _Optional[_Union[LogprobsModeSource, str]] = ..., modes_indistinguishable: bool = ...) -> None: ...
 
 class ItemError(_message.Message):
     __slots__ = ("code", "reason", "field", "message", "retryable")
@@ -175,17 +196,21 @@ class PocValidationProgress(_message.Message):
     def __init__(self, nonces: _Optional[_Iterable[int]] = ..., distances: _Optional[_Iterable[float]] = ..., mismatches: _Optional[_Iterable[bool]] = ..., nonces_checked: _Optional[int] = ..., mismatches_so_far: _Optional[int] = ...) -> None: ...
 
 class PocValidationSummary(_message.Message):
-    __slots__ = ("n_total", "n_mismatch", "mismatch_nonces", "p_value", "fraud_detected", "kv_blocks_note")
+    __slots__ = ("n_total", "n_mismatch", "mismatch_nonces", "p_value", "fraud_detected", "kv_blocks_note", "duplicate_nonces", "n_not_computable")
     N_TOTAL_FIELD_NUMBER: _ClassVar[int]
     N_MISMATCH_FIELD_NUMBER: _ClassVar[int]
     MISMATCH_NONCES_FIELD_NUMBER: _ClassVar[int]
     P_VALUE_FIELD_NUMBER: _ClassVar[int]
     FRAUD_DETECTED_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_NOTE_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATE_NONCES_FIELD_NUMBER: _ClassVar[int]
+    N_NOT_COMPUTABLE_FIELD_NUMBER: _ClassVar[int]
     n_total: int
     n_mismatch: int
     mismatch_nonces: _containers.RepeatedScalarFieldContainer[int]
     p_value: float
     fraud_detected: bool
     kv_blocks_note: str
-    def __init__(self, n_total: _Optional[int] = ..., n_mismatch: _Optional[int] = ..., mismatch_nonces: _Optional[_Iterable[int]] = ..., p_value: _Optional[float] = ..., fraud_detected: bool = ..., kv_blocks_note: _Optional[str] = ...) -> None: ...
+    duplicate_nonces: _containers.RepeatedScalarFieldContainer[int]
+    n_not_computable: int
+    def __init__(self, n_total: _Optional[int] = ..., n_mismatch: _Optional[int] = ..., mismatch_nonces: _Optional[_Iterable[int]] = ..., p_value: _Optional[float] = ..., fraud_detected: bool = ..., kv_blocks_note: _Optional[str] = ..., duplicate_nonces: _Optional[_Iterable[int]] = ..., n_not_computable: _Optional[int] = ...) -> None: ...
