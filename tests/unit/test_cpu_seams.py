@@ -65,3 +65,36 @@ def test_without_the_seam_a_mixed_batch_ignores_the_seeds() -> None:
         return sampled[0], sampled[2]
 
     assert len({seeded_rows() for _ in range(4)}) > 1
+
+
+def _profiled_runner() -> SimpleNamespace:
+    """What the GPU runner's cleanup reads and clears on a CPU runner: its KV caches, one attention layer's cache."""
+    layer = SimpleNamespace(kv_cache=torch.zeros(4))
+    return SimpleNamespace(
+        kv_caches=[torch.zeros(4)],
+        attn_groups=[["group"]],
+        cache_config=SimpleNamespace(num_gpu_blocks=8),
+        compilation_config=SimpleNamespace(static_forward_context={"layer.0": layer}),
+    )
+
+
+def test_a_cpu_runner_shuts_down_on_a_driverless_host() -> None:
+    """vLLM's CPU runner inherits a cleanup that synchronises the accelerator first: with the registry's (CUDA)
+    torch on a host without a driver it raises, and the worker prints a traceback at every graceful stop."""
+    from vllm.v1.worker.cpu_model_runner import CPUModelRunner
+
+    from engine_ext.seams.common import CPU_RUNNER_SHUTDOWN, SEAM_MARK, install_cpu_runner_shutdown
+
+    if torch.cuda.is_available():
+        pytest.skip("the accelerator synchronises where an NVIDIA driver is present; the failure is CPU-host only")
+    synchronize = torch.accelerator.synchronize
+    install_cpu_runner_shutdown()
+    seam = CPUModelRunner._cleanup_profiling_kv_cache
+    assert getattr(seam, SEAM_MARK) == CPU_RUNNER_SHUTDOWN
+    with pytest.raises(RuntimeError, match="NVIDIA driver"):
+        seam.__wrapped__(_profiled_runner())
+    runner = _profiled_runner()
+    seam(runner)
+    assert runner.kv_caches == [] and runner.attn_groups == [] and runner.cache_config.num_gpu_blocks is None
+    assert runner.compilation_config.static_forward_context["layer.0"].kv_cache.numel() == 0
+    assert torch.accelerator.synchronize is synchronize  # put back after the call
