@@ -80,7 +80,11 @@ def test_the_servers_own_outputs_pass_and_the_mode_is_resolved_as_stated_or_from
     assert response.WhichOneof("outcome") == "verdict", response
     verdict = response.verdict
     assert verdict.passed and verdict.failure == vpb.INFERENCE_FAILURE_UNSPECIFIED, verdict
-    assert 0 <= verdict.distance < 0.001 and verdict.similarity > 0.999 and verdict.top_ids_found == 1.0
+    assert 0 <= verdict.distance < 0.001 and verdict.similarity > 0.999
+    # The replay prefills what the executor decoded one token at a time: other GEMM shapes, numbers equal up to
+    # rounding (vLLM 0.25.1 and 0.28.0: distances to 7.5e-05), and a near-tie at the k-th place of the
+    # random-weight model's flat lists can swap which id is k-th (0.98 to 0.99 of the ids found).
+    assert verdict.top_ids_found >= 0.95, verdict
     assert verdict.replayed_tokens == len(item.positions.token_ids)
     assert (verdict.mode, verdict.mode_source, verdict.modes_indistinguishable) == expected, verdict
     detected_sources = (SOURCE.LOGPROBS_MODE_SOURCE_REPLAY, SOURCE.LOGPROBS_MODE_SOURCE_STRICTER, SOURCE.LOGPROBS_MODE_SOURCE_PADDING)

@@ -76,7 +76,6 @@ def _finish_with_error(scheduler: Any, outputs: dict[int, Any], requests: list[A
             finish_reason=request.get_finished_reason(),
             events=request.take_events(),
             trace_headers=request.trace_headers,
-            num_cached_tokens=request.num_cached_tokens,
         )
         client = outputs.get(request.client_index)
         if client is None:
