@@ -34,10 +34,11 @@ import grpc  # noqa: E402
 import numpy as np  # noqa: E402
 
 from gonka.mlnode.client import AsyncInferenceClient  # noqa: E402
-from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc  # noqa: E402
+from gonka.mlnode.v1 import poc_pb2_grpc  # noqa: E402
 from server.poc.callback_store import CallbackStore  # noqa: E402
 from server.poc.callbacks import ArtifactCallback, CallbackIdentity  # noqa: E402
 from server.poc.store_lock import StoreLock  # noqa: E402
+from benchmarks.poc_bench import mining  # noqa: E402
 from tests.support.http_receiver import HttpReceiver  # noqa: E402
 from tests.support.server_process import start_server  # noqa: E402
 
@@ -60,19 +61,6 @@ def write_seconds(folder: Path, writes: int, batch: int) -> float:
         times.append(time.perf_counter() - started)
     store.close()
     return median(times)
-
-
-async def mining(poc: Any, model: str, seq_len: int, batch: int, seconds: float, callback_url: str) -> poc_pb2.RoundStatus:
-    request = poc_pb2.StartRoundRequest(
-        block_hash=f"bench-{time.time()}", block_height=1, public_key="bench-key",
-        params=poc_pb2.PocParams(model=model, seq_len=seq_len), batch_size=batch, callback_url=callback_url,
-    )
-    round_id = (await poc.StartRound(request)).status.round_id
-    try:
-        await asyncio.sleep(seconds)
-    finally:
-        status = (await poc.StopRound(poc_pb2.StopRoundRequest(round_id=round_id))).status
-    return status
 
 
 async def run(args: argparse.Namespace, target: str, receiver_url: str) -> list[dict[str, float]]:

@@ -80,10 +80,11 @@ async def reference_prefill(client: AsyncInferenceClient, seq_len: int, batch: i
     return done / (time.monotonic() - started)
 
 
-async def mining(poc: Any, model: str, seq_len: int, batch: int, seconds: float) -> poc_pb2.RoundStatus:
+async def mining(poc: Any, model: str, seq_len: int, batch: int, seconds: float, callback_url: str = "") -> poc_pb2.RoundStatus:
+    """A round of this shape for `seconds`, stopped; its final status (artifacts POSTed to `callback_url`, if given)."""
     request = poc_pb2.StartRoundRequest(
         block_hash=f"bench-{time.time()}", block_height=1, public_key="bench-key",
-        params=poc_pb2.PocParams(model=model, seq_len=seq_len), batch_size=batch,
+        params=poc_pb2.PocParams(model=model, seq_len=seq_len), batch_size=batch, callback_url=callback_url,
     )
     round_id = (await poc.StartRound(request)).status.round_id
     try:

