@@ -11,6 +11,7 @@ import pytest
 from gonka.mlnode.client import InferenceClient
 from server.embedded_model import DEFAULT_MODEL_DIR
 from tests.support.go_example import build_go_example
+from tests.support.host_memory import several_servers_at_once
 from tests.support.server_process import SHARED_SERVER_FLAGS, ServerProcess, start_server, state_home_of_test_servers
 
 
@@ -54,3 +55,10 @@ def client(server: ServerProcess) -> Iterator[InferenceClient]:
 def go_example(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The Go client's example command (clients/go/cmd/mlnode-example)."""
     return build_go_example(tmp_path_factory.mktemp("go"))
+
+
+@pytest.fixture
+def several_servers() -> Iterator[None]:
+    """For a test that runs several servers at once: no other test run's such test overlaps it (host memory)."""
+    with several_servers_at_once():
+        yield

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+import pytest
 
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import inference_pb2_grpc, poc_pb2, poc_pb2_grpc
@@ -99,6 +100,7 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
     return condition()
 
 
+@pytest.mark.usefixtures("several_servers")
 def test_sigkill_mid_round_loses_nothing_a_subscriber_saw_and_two_servers_keep_to_their_own_stores(tmp_path: Path) -> None:
     receiver_port = free_port()  # nothing listens there while the rounds run
     callback_url = f"http://127.0.0.1:{receiver_port}"

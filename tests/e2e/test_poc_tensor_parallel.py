@@ -32,6 +32,7 @@ from tests.support.poc_reference import (
     stop_running_round,
     subscribe,
 )
+from tests.support.host_memory import several_servers_at_once
 from tests.support.server_process import ServerProcess, engine_environment, start_server
 
 BLOCK_HASH = "c0ffee5a1d9e4b7f0a3c8d2e6f1b5a9c4d8e2f6a0b3c7d1e5f9a2b6c0d4e8f3a"
@@ -53,15 +54,17 @@ def tp_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iter
     # Rank 0 on core 0, rank 1 on core 1: without it vLLM's CPU worker refuses TP 2 on one NUMA node.
     env["VLLM_CPU_OMP_THREADS_BIND"] = "0|1"
     log_path = tmp_path_factory.mktemp("poc-tp2") / "server.log"
-    process = start_server(
-        log_path,
-        ["--tensor-parallel-size", str(TENSOR_PARALLEL), "--max-num-batched-tokens", str(MAX_TOKENS_PER_STEP)],
-        env=env,
-    )
-    try:
-        yield process
-    finally:
-        exit_code = process.stop()
+    # Two workers of about 2 GiB each: not beside another test run's several servers (tests.support.host_memory).
+    with several_servers_at_once():
+        process = start_server(
+            log_path,
+            ["--tensor-parallel-size", str(TENSOR_PARALLEL), "--max-num-batched-tokens", str(MAX_TOKENS_PER_STEP)],
+            env=env,
+        )
+        try:
+            yield process
+        finally:
+            exit_code = process.stop()
     assert exit_code == 0, f"the TP {TENSOR_PARALLEL} server exited with {exit_code} on SIGTERM:\n{process.log_tail()}"
 
 
