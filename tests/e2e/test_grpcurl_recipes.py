@@ -1,7 +1,7 @@
-"""README.md's grpcurl recipes, run as written with the real grpcurl binary against the real server.
+"""The grpcurl recipes of docs/api.md, run as written with the real grpcurl binary against the real server.
 
-The recipes are read out of README.md itself (a `# recipe: NAME` line in a ```sh block starts one,
-the next marker or the block's end closes it), README's address is swapped for the test server's, and
+The recipes are read out of docs/api.md itself (a `# recipe: NAME` line in a ```sh block starts one,
+the next marker or the block's end closes it), the recipes' address is swapped for the test server's, and
 each runs in bash; the answers are checked against what the Python stubs get for the same request.
 So a recipe that stops working, or is edited into something broken, fails here. Every round started
 is stopped in a finally: a running round refuses inference to every other test sharing the server.
@@ -32,8 +32,8 @@ from gonka.mlnode.v1 import validation_pb2 as vpb
 from gonka.mlnode.v1 import validation_pb2_grpc
 from tests.support.server_process import REPO_ROOT, ServerProcess
 
-README = REPO_ROOT / "README.md"
-README_ADDRESS = "127.0.0.1:50051"
+RECIPES_DOC = REPO_ROOT / "docs" / "api.md"
+RECIPE_ADDRESS = "127.0.0.1:50051"
 MARKER = re.compile(r"^# recipe: (\S+)\s*$")
 SERVICES = ["gonka.mlnode.v1.InferenceService", "gonka.mlnode.v1.PocService", "gonka.mlnode.v1.ValidationService"]
 EMBEDDED_MODEL = "qwen3-tiny-embedded"
@@ -46,15 +46,15 @@ TESTED = {
 }
 
 
-def readme_recipes() -> dict[str, str]:
+def documented_recipes() -> dict[str, str]:
     recipes: dict[str, str] = {}
-    for block in re.findall(r"^```sh\n(.*?)^```", README.read_text(), flags=re.MULTILINE | re.DOTALL):
+    for block in re.findall(r"^```sh\n(.*?)^```", RECIPES_DOC.read_text(), flags=re.MULTILINE | re.DOTALL):
         name = None
         for line in block.splitlines():
             marker = MARKER.match(line)
             if marker:
                 name = marker.group(1)
-                assert name not in recipes, f"README.md has two recipes named {name}"
+                assert name not in recipes, f"docs/api.md has two recipes named {name}"
                 recipes[name] = ""
             elif name is not None:
                 recipes[name] += line + "\n"
@@ -63,9 +63,9 @@ def readme_recipes() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def recipes() -> dict[str, str]:
-    found = readme_recipes()
+    found = documented_recipes()
     for name, command in found.items():
-        assert README_ADDRESS in command, f"README.md recipe {name} does not name {README_ADDRESS}, which the test replaces"
+        assert RECIPE_ADDRESS in command, f"docs/api.md recipe {name} does not name {RECIPE_ADDRESS}, which the test replaces"
     return found
 
 
@@ -80,7 +80,7 @@ def grpcurl_path() -> str:
 @pytest.fixture
 def run(recipes: dict[str, str], grpcurl_path: str, server: ServerProcess):
     def run_recipe(name: str, expect_exit: int = 0) -> str:
-        command = recipes[name].replace(README_ADDRESS, server.target)
+        command = recipes[name].replace(RECIPE_ADDRESS, server.target)
         env = {**os.environ, "PATH": grpcurl_path}
         ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, env=env, check=False)
         assert ran.returncode == expect_exit, f"recipe {name} exited {ran.returncode}, expected {expect_exit}:\n{command}\n{ran.stderr}"
@@ -113,7 +113,7 @@ def request_of(recipe: str, message_type: type[Message]) -> Message:
     return json_format.Parse(args[args.index("-d") + 1], message_type())
 
 
-def test_every_recipe_in_the_readme_is_tested(recipes) -> None:
+def test_every_documented_recipe_is_tested(recipes) -> None:
     assert set(recipes) == TESTED
 
 
@@ -185,7 +185,7 @@ def test_model_info_and_server_status(run, channel) -> None:
     stub = inference_pb2_grpc.InferenceServiceStub(channel)
     (info,) = messages(run("model-info"), pb.GetModelInfoResponse)
     assert info == stub.GetModelInfo(pb.GetModelInfoRequest(), timeout=60)
-    assert info.served_model_name == EMBEDDED_MODEL, "the PoC recipes in README.md name the embedded model: update them"
+    assert info.served_model_name == EMBEDDED_MODEL, "the PoC recipes in docs/api.md name the embedded model: update them"
     (status,) = messages(run("server-status"), pb.GetServerStatusResponse)
     assert (status.contract_revision, status.contract_digest) == (REVISION, DIGEST)
     assert status.versions.vllm == installed_vllm_version() and status.uptime_seconds > 0 and not status.inference_gate_closed
@@ -259,7 +259,7 @@ def test_compute_and_validate_poc_artifacts(run, recipes, channel) -> None:
     validated = messages(run("validate-poc-artifacts"), vpb.ValidatePocArtifactsResponse)
     assert validated == list(validation.ValidatePocArtifacts(request, timeout=60))
     *progress, last = validated
-    # Nonce 0's claim is its true vector (as README.md says), nonce 1's made up.
+    # Nonce 0's claim is its true vector (as docs/api.md says), nonce 1's made up.
     assert [p.progress.mismatches for p in progress] == [[False, True]]
     summary = last.summary
     assert (summary.n_total, summary.n_mismatch, list(summary.mismatch_nonces), summary.fraud_detected) == (2, 1, [1], False)

@@ -39,7 +39,7 @@ def add_validate_inference_command(commands: argparse._SubParsersAction) -> None
     command = commands.add_parser(
         "validate-inference", help="replay executors' recorded inferences and judge them",
         description="Items: JSON lines, one item per line, as `complete --record` and `chat --record` print them "
-                    "(README, Clients). Prints one verdict per item; exit status 0 only if every item passed.",
+                    "(docs/api.md, Clients). Prints one verdict per item; exit status 0 only if every item passed.",
     )
     command.add_argument("items", type=items_argument, nargs="?", default=STDIN, metavar="ITEMS",
                          help="a JSON-lines file of items, or - for stdin (the default)")
