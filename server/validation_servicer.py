@@ -20,7 +20,6 @@ import grpc
 from engine_ext.chain_lists import chain_top_lists
 from engine_ext.consensus.inference_distance import Position
 from engine_ext.consensus.logprobs_mode import LogprobsMode, detect_logprobs_mode
-from engine_ext.engine import MlnodeEngine
 from engine_ext.errors import EngineError
 from engine_ext.inference_verdict import InferenceFailure, InferenceJudgement, judge_inference
 from engine_ext.model_facts import ModelFacts
@@ -29,8 +28,8 @@ from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.admission import Admission
 from server.errors import Reason, ServiceError, abort_with, invalid_field
 from server.engine_failures import engine_failure
+from server.instances import EngineInstances
 from server.poc.artifact_validation import ValidatedCallback, validate_poc_artifacts
-from server.poc.batch_runner import PocBatchRunner
 from server.poc.round_params import PocLimits
 from server.service_registration import decode_request
 from server.translation import RequestTranslator
@@ -55,19 +54,21 @@ RETRYABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDE
 class ValidationServicer:
     def __init__(
         self,
-        engine: MlnodeEngine,
+        instances: EngineInstances,
         facts: ModelFacts,
         translator: RequestTranslator,
         admission: Admission,
-        poc_runner: PocBatchRunner,
         poc_limits: PocLimits,
         deliver_validated: ValidatedCallback,
     ) -> None:
-        self._engine = engine
+        """Replays go to the least-loaded instance each (EngineInstances.pick); PoC validation's batches are
+        spread over the available instances (server.poc.spread)."""
+        self._instances = instances
+        # Every instance serves the same model with the same flags.
+        self._default_logprobs_mode = instances.first.engine.default_logprobs_mode
         self._facts = facts
         self._translator = translator
         self._admission = admission
-        self._poc_runner = poc_runner
         self._poc_limits = poc_limits
         self._deliver_validated = deliver_validated
 
@@ -107,7 +108,8 @@ class ValidationServicer:
         try:
             request = decode_request(vpb.ValidatePocArtifactsRequest, raw)
             self._admission.require_open()
-            async with aclosing(validate_poc_artifacts(request, self._poc_runner, self._poc_limits, self._deliver_validated)) as responses:
+            instances = self._instances.require_available()
+            async with aclosing(validate_poc_artifacts(request, instances, self._poc_limits, self._deliver_validated)) as responses:
                 async for response in responses:
                     yield response
         except Exception as error:
@@ -139,7 +141,7 @@ class ValidationServicer:
         k = item.request.logprobs.top_logprobs if item.request.logprobs.HasField("top_logprobs") else max(item.positions.top_k, 1)
         if k < 1:
             raise invalid_field("request.logprobs.top_logprobs", "the chain's k must be at least 1")
-        mode, detected = _mode(item, executor, self._engine.default_logprobs_mode)
+        mode, detected = _mode(item, executor, self._default_logprobs_mode)
         replay = await self._replay(item.request, request_id, [token for token, _ in executor], k, mode)
         judgement = judge_inference(executor, replay, k, item.threshold)
         return _verdict_message(judgement, mode, detected, len(replay))
@@ -174,15 +176,16 @@ class ValidationServicer:
         except ServiceError as error:
             raise _within_request(error) from None
         positions: list[Position] = []
-        try:
-            async with aclosing(await self._engine.generate(plan.request)) as steps:
-                async for step in steps:
-                    for delta in step.outputs:
-                        if delta.logprobs is not None:
-                            lists = chain_top_lists(delta.token_ids, delta.logprobs, k)
-                            positions.extend((token, dict(entries)) for token, entries in zip(delta.token_ids, lists))
-        except EngineError as error:
-            raise engine_failure(error, plan, self._admission) from error
+        with self._instances.pick() as instance:
+            try:
+                async with aclosing(await instance.engine.generate(plan.request)) as steps:
+                    async for step in steps:
+                        for delta in step.outputs:
+                            if delta.logprobs is not None:
+                                lists = chain_top_lists(delta.token_ids, delta.logprobs, k)
+                                positions.extend((token, dict(entries)) for token, entries in zip(delta.token_ids, lists))
+            except EngineError as error:
+                raise engine_failure(error, plan, self._admission, instance) from error
         return positions
 
 

@@ -1,11 +1,13 @@
 """ValidationService.ValidatePocArtifacts: recompute a prover's claimed artifacts and judge them
-(poc-v2.md section 7), batch by batch, on KV blocks borrowed beside live inference."""
+(poc-v2.md section 7), batch by batch, spread over the engine instances (server.poc.spread), each on KV
+blocks borrowed from its own engine beside its live inference; the progress comes in the claims' order."""
 
 from __future__ import annotations
 
 import base64
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import aclosing
 
 import numpy as np
 
@@ -13,8 +15,10 @@ from engine_ext.consensus import check_claimed_vector, fraud_test
 from engine_ext.poc.batch import BATCH_NON_FINITE
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.errors import invalid_field
-from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
+from server.instances import EngineInstance
+from server.poc.batch_runner import KvBlockNotes
 from server.poc.round_params import PocLimits, artifact_params, batch_size_of, callback_url_of, nonce_list
+from server.poc.spread import spread_batches
 
 MAX_CLAIMS = 100_000
 # Where a claim could not be judged by distance (undecodable, non-finite, or not computed here).
@@ -25,8 +29,9 @@ ValidatedCallback = Callable[[str, dict], None]
 
 
 async def validate_poc_artifacts(
-    request: vpb.ValidatePocArtifactsRequest, runner: PocBatchRunner, limits: PocLimits, deliver: ValidatedCallback
+    request: vpb.ValidatePocArtifactsRequest, instances: Sequence[EngineInstance], limits: PocLimits, deliver: ValidatedCallback
 ) -> AsyncIterator[vpb.ValidatePocArtifactsResponse]:
+    """`instances`: those the batches are spread over."""
     params = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
     batch_size = batch_size_of(request, params.seq_len, limits)
     dist_threshold, p_mismatch, p_value_threshold = _stat_test(request)
@@ -37,28 +42,34 @@ async def validate_poc_artifacts(
     notes = KvBlockNotes()
     checked = mismatched = 0
     mismatch_nonces: list[int] = []
-    for start in range(0, len(claims), batch_size):
-        chunk = claims[start : start + batch_size]
-        by_position = iter(chunk)
-        for nonces, result in await runner.run(params, [claim.nonce for claim in chunk], notes):
-            pieces = [next(by_position) for _ in nonces]
-            if result.status == BATCH_NON_FINITE:
-                # Not computable here: counted in n_total, never as mismatches (spec section 7).
-                distances = [NO_DISTANCE] * len(pieces)
-                flags = [False] * len(pieces)
-            else:
-                computed = np.frombuffer(result.vectors, dtype="<f2").reshape(len(nonces), params.k_dim)
-                verdicts = [check_claimed_vector(computed[i], _claimed_b64(claim), dist_threshold) for i, claim in enumerate(pieces)]
-                distances = [NO_DISTANCE if v.distance is None else float(v.distance) for v in verdicts]
-                flags = [v.mismatch for v in verdicts]
-            checked += len(pieces)
-            mismatched += sum(flags)
-            mismatch_nonces += [claim.nonce for claim, flag in zip(pieces, flags) if flag]
-            yield vpb.ValidatePocArtifactsResponse(
-                progress=vpb.PocValidationProgress(
-                    nonces=nonces, distances=distances, mismatches=flags, nonces_checked=checked, mismatches_so_far=mismatched
+    chunks = [claims[start : start + batch_size] for start in range(0, len(claims), batch_size)]
+    batches = [[claim.nonce for claim in chunk] for chunk in chunks]
+    async with aclosing(spread_batches(instances, params, batches, notes)) as computed:
+        index = 0
+        async for _, pieces_of_chunk in computed:
+            by_position = iter(chunks[index])
+            index += 1
+            for nonces, result in pieces_of_chunk:
+                pieces = [next(by_position) for _ in nonces]
+                if result.status == BATCH_NON_FINITE:
+                    # Not computable here: counted in n_total, never as mismatches (spec section 7).
+                    distances = [NO_DISTANCE] * len(pieces)
+                    flags = [False] * len(pieces)
+                else:
+                    computed_vectors = np.frombuffer(result.vectors, dtype="<f2").reshape(len(nonces), params.k_dim)
+                    verdicts = [
+                        check_claimed_vector(computed_vectors[i], _claimed_b64(claim), dist_threshold) for i, claim in enumerate(pieces)
+                    ]
+                    distances = [NO_DISTANCE if v.distance is None else float(v.distance) for v in verdicts]
+                    flags = [v.mismatch for v in verdicts]
+                checked += len(pieces)
+                mismatched += sum(flags)
+                mismatch_nonces += [claim.nonce for claim, flag in zip(pieces, flags) if flag]
+                yield vpb.ValidatePocArtifactsResponse(
+                    progress=vpb.PocValidationProgress(
+                        nonces=nonces, distances=distances, mismatches=flags, nonces_checked=checked, mismatches_so_far=mismatched
+                    )
                 )
-            )
     verdict = fraud_test(mismatched, checked, p_mismatch, p_value_threshold)
     summary = vpb.PocValidationSummary(
         n_total=checked,

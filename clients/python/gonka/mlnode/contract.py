@@ -24,8 +24,8 @@ from google.protobuf import descriptor_pb2
 import gonka.mlnode.v1
 
 # Written by `make contract`: the previous commit's revision, plus one when the digest changed.
-REVISION = 3
-DIGEST = "sha256:55bc4ce29a7abfb07c73f90fa64e9f81271125935e352f1e20e8362647d7f7c8"
+REVISION = 4
+DIGEST = "sha256:6ee9a8b47a411e746dffe984c06ac40abef5a3a9f0c6cb869e8ef132b16ed8c7"
 
 
 def stub_digest() -> str:

@@ -201,6 +201,65 @@ func (FinishReason) EnumDescriptor() ([]byte, []int) {
 	return file_gonka_mlnode_v1_inference_proto_rawDescGZIP(), []int{2}
 }
 
+// Where the instance is.
+type InstanceStatus_State int32
+
+const (
+	// Not sent.
+	InstanceStatus_STATE_UNSPECIFIED InstanceStatus_State = 0
+	// Its engine answers; new work may go to it.
+	InstanceStatus_STATE_SERVING InstanceStatus_State = 1
+	// A call into its engine has been unanswered past --engine-stuck-after (engine_problem says
+	// which); new work goes to the others while any serves. It serves again once the engine answers.
+	InstanceStatus_STATE_STUCK InstanceStatus_State = 2
+	// Its engine's processes are gone. Instances are not restarted: the server goes down (exit code
+	// 1) once fewer instances than its --min-instances live.
+	InstanceStatus_STATE_DEAD InstanceStatus_State = 3
+)
+
+// Enum value maps for InstanceStatus_State.
+var (
+	InstanceStatus_State_name = map[int32]string{
+		0: "STATE_UNSPECIFIED",
+		1: "STATE_SERVING",
+		2: "STATE_STUCK",
+		3: "STATE_DEAD",
+	}
+	InstanceStatus_State_value = map[string]int32{
+		"STATE_UNSPECIFIED": 0,
+		"STATE_SERVING":     1,
+		"STATE_STUCK":       2,
+		"STATE_DEAD":        3,
+	}
+)
+
+func (x InstanceStatus_State) Enum() *InstanceStatus_State {
+	p := new(InstanceStatus_State)
+	*p = x
+	return p
+}
+
+func (x InstanceStatus_State) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (InstanceStatus_State) Descriptor() protoreflect.EnumDescriptor {
+	return file_gonka_mlnode_v1_inference_proto_enumTypes[3].Descriptor()
+}
+
+func (InstanceStatus_State) Type() protoreflect.EnumType {
+	return &file_gonka_mlnode_v1_inference_proto_enumTypes[3]
+}
+
+func (x InstanceStatus_State) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use InstanceStatus_State.Descriptor instead.
+func (InstanceStatus_State) EnumDescriptor() ([]byte, []int) {
+	return file_gonka_mlnode_v1_inference_proto_rawDescGZIP(), []int{20, 0}
+}
+
 // The part the process plays in the engine.
 type EngineProcess_Role int32
 
@@ -238,11 +297,11 @@ func (x EngineProcess_Role) String() string {
 }
 
 func (EngineProcess_Role) Descriptor() protoreflect.EnumDescriptor {
-	return file_gonka_mlnode_v1_inference_proto_enumTypes[3].Descriptor()
+	return file_gonka_mlnode_v1_inference_proto_enumTypes[4].Descriptor()
 }
 
 func (EngineProcess_Role) Type() protoreflect.EnumType {
-	return &file_gonka_mlnode_v1_inference_proto_enumTypes[3]
+	return &file_gonka_mlnode_v1_inference_proto_enumTypes[4]
 }
 
 func (x EngineProcess_Role) Number() protoreflect.EnumNumber {
@@ -251,7 +310,7 @@ func (x EngineProcess_Role) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use EngineProcess_Role.Descriptor instead.
 func (EngineProcess_Role) EnumDescriptor() ([]byte, []int) {
-	return file_gonka_mlnode_v1_inference_proto_rawDescGZIP(), []int{20, 0}
+	return file_gonka_mlnode_v1_inference_proto_rawDescGZIP(), []int{21, 0}
 }
 
 // One prompt to generate from, and how to sample and stream it.
@@ -1955,12 +2014,13 @@ type GetServerStatusResponse struct {
 	sizeCache     protoimpl.SizeCache
 	unknownFields protoimpl.UnknownFields
 
-	// Requests the engine's scheduler is running (an output of an n > 1 request counts as one);
-	// unset when the engine is stuck (see engine_problem).
+	// Requests the engines' schedulers are running (an output of an n > 1 request counts as one), summed
+	// over the instances that answered; unset when none did (see engine_problem).
 	RunningRequests *uint32 `protobuf:"varint,1,opt,name=running_requests,json=runningRequests,proto3,oneof" json:"running_requests,omitempty"`
-	// Requests waiting in the engine's scheduler; unset like running_requests.
+	// Requests waiting in the engines' schedulers; summed and unset like running_requests.
 	WaitingRequests *uint32 `protobuf:"varint,2,opt,name=waiting_requests,json=waitingRequests,proto3,oneof" json:"waiting_requests,omitempty"`
-	// Fraction of KV-cache blocks in use, 0..1; unset like running_requests.
+	// Fraction of KV-cache blocks in use, 0..1, the mean over the instances that answered; unset like
+	// running_requests.
 	KvCacheUsage *float64 `protobuf:"fixed64,3,opt,name=kv_cache_usage,json=kvCacheUsage,proto3,oneof" json:"kv_cache_usage,omitempty"`
 	// Generate streams this server is serving now.
 	ActiveStreams uint32 `protobuf:"varint,4,opt,name=active_streams,json=activeStreams,proto3" json:"active_streams,omitempty"`
@@ -1968,10 +2028,11 @@ type GetServerStatusResponse struct {
 	UptimeSeconds float64 `protobuf:"fixed64,5,opt,name=uptime_seconds,json=uptimeSeconds,proto3" json:"uptime_seconds,omitempty"`
 	// Versions of the server and what it runs on.
 	Versions *Versions `protobuf:"bytes,6,opt,name=versions,proto3" json:"versions,omitempty"`
-	// Only with include_engine_processes: one entry per engine process.
+	// Only with include_engine_processes: one entry per engine process of every instance that serves.
 	EngineProcesses []*EngineProcess `protobuf:"bytes,7,rep,name=engine_processes,json=engineProcesses,proto3" json:"engine_processes,omitempty"`
-	// Empty while the engine answers; otherwise why it is considered stuck (a call into it
-	// unanswered past --engine-stuck-after). Health reports NOT_SERVING meanwhile.
+	// Empty while an engine answers; otherwise why none does (with one instance: why it is considered
+	// stuck, a call into it unanswered past --engine-stuck-after; with several: each instance's problem,
+	// "instance {index}: ..."). Health reports NOT_SERVING meanwhile.
 	EngineProblem string `protobuf:"bytes,8,opt,name=engine_problem,json=engineProblem,proto3" json:"engine_problem,omitempty"`
 	// The revision of this contract (the gonka.mlnode.v1 protos) the server was built with. It
 	// rises with every commit that changes the contract's wire or generated-code surface (comments
@@ -1986,6 +2047,9 @@ type GetServerStatusResponse struct {
 	InferenceGateClosed bool `protobuf:"varint,11,opt,name=inference_gate_closed,json=inferenceGateClosed,proto3" json:"inference_gate_closed,omitempty"`
 	// The running mining round's id (PocService.GetRoundStatus); empty when none runs.
 	PocRoundId string `protobuf:"bytes,12,opt,name=poc_round_id,json=pocRoundId,proto3" json:"poc_round_id,omitempty"`
+	// Every engine instance of the server (its --instances), in index order; one entry for a server of
+	// one instance.
+	Instances []*InstanceStatus `protobuf:"bytes,13,rep,name=instances,proto3" json:"instances,omitempty"`
 }
 
 func (x *GetServerStatusResponse) Reset() {
@@ -2104,6 +2168,131 @@ func (x *GetServerStatusResponse) GetPocRoundId() string {
 	return ""
 }
 
+func (x *GetServerStatusResponse) GetInstances() []*InstanceStatus {
+	if x != nil {
+		return x.Instances
+	}
+	return nil
+}
+
+// One engine instance of the server: one vLLM engine on its own slice of the host's devices, and one
+// nonce group of the node's mining rounds (PocService).
+type InstanceStatus struct {
+	state         protoimpl.MessageState
+	sizeCache     protoimpl.SizeCache
+	unknownFields protoimpl.UnknownFields
+
+	// 0-based: the index in its health name (gonka.mlnode.v1.InferenceService/instance-{index}), in the
+	// metrics' `instance` label and in ArtifactBatch.instance.
+	Index uint32 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// Where the instance is.
+	State InstanceStatus_State `protobuf:"varint,2,opt,name=state,proto3,enum=gonka.mlnode.v1.InstanceStatus_State" json:"state,omitempty"`
+	// Requests its scheduler is running; unset unless the instance serves and answered.
+	RunningRequests *uint32 `protobuf:"varint,3,opt,name=running_requests,json=runningRequests,proto3,oneof" json:"running_requests,omitempty"`
+	// Requests waiting in its scheduler; unset like running_requests.
+	WaitingRequests *uint32 `protobuf:"varint,4,opt,name=waiting_requests,json=waitingRequests,proto3,oneof" json:"waiting_requests,omitempty"`
+	// Fraction of its KV-cache blocks in use, 0..1; unset like running_requests.
+	KvCacheUsage *float64 `protobuf:"fixed64,5,opt,name=kv_cache_usage,json=kvCacheUsage,proto3,oneof" json:"kv_cache_usage,omitempty"`
+	// Generate streams and ValidateInference replays the server sent to this instance that have not
+	// ended: what inference routing compares (the least-loaded instance gets the next request).
+	RoutedRequests uint32 `protobuf:"varint,6,opt,name=routed_requests,json=routedRequests,proto3" json:"routed_requests,omitempty"`
+	// Empty while the instance serves; otherwise why not (stuck: the unanswered call; dead; or the
+	// failure of the status call itself).
+	EngineProblem string `protobuf:"bytes,7,opt,name=engine_problem,json=engineProblem,proto3" json:"engine_problem,omitempty"`
+	// Its slice of the host, as the environment variables set for its engine processes on top of the
+	// server's environment (e.g. "CUDA_VISIBLE_DEVICES=2,3", "VLLM_CPU_OMP_THREADS_BIND=1"); "the whole
+	// host" for a server of one instance.
+	DeviceSlice string `protobuf:"bytes,8,opt,name=device_slice,json=deviceSlice,proto3" json:"device_slice,omitempty"`
+}
+
+func (x *InstanceStatus) Reset() {
+	*x = InstanceStatus{}
+	if protoimpl.UnsafeEnabled {
+		mi := &file_gonka_mlnode_v1_inference_proto_msgTypes[20]
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		ms.StoreMessageInfo(mi)
+	}
+}
+
+func (x *InstanceStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*InstanceStatus) ProtoMessage() {}
+
+func (x *InstanceStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_gonka_mlnode_v1_inference_proto_msgTypes[20]
+	if protoimpl.UnsafeEnabled && x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use InstanceStatus.ProtoReflect.Descriptor instead.
+func (*InstanceStatus) Descriptor() ([]byte, []int) {
+	return file_gonka_mlnode_v1_inference_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *InstanceStatus) GetIndex() uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *InstanceStatus) GetState() InstanceStatus_State {
+	if x != nil {
+		return x.State
+	}
+	return InstanceStatus_STATE_UNSPECIFIED
+}
+
+func (x *InstanceStatus) GetRunningRequests() uint32 {
+	if x != nil && x.RunningRequests != nil {
+		return *x.RunningRequests
+	}
+	return 0
+}
+
+func (x *InstanceStatus) GetWaitingRequests() uint32 {
+	if x != nil && x.WaitingRequests != nil {
+		return *x.WaitingRequests
+	}
+	return 0
+}
+
+func (x *InstanceStatus) GetKvCacheUsage() float64 {
+	if x != nil && x.KvCacheUsage != nil {
+		return *x.KvCacheUsage
+	}
+	return 0
+}
+
+func (x *InstanceStatus) GetRoutedRequests() uint32 {
+	if x != nil {
+		return x.RoutedRequests
+	}
+	return 0
+}
+
+func (x *InstanceStatus) GetEngineProblem() string {
+	if x != nil {
+		return x.EngineProblem
+	}
+	return ""
+}
+
+func (x *InstanceStatus) GetDeviceSlice() string {
+	if x != nil {
+		return x.DeviceSlice
+	}
+	return ""
+}
+
 // One vLLM process as the server's vLLM plugin sees it from inside.
 type EngineProcess struct {
 	state         protoimpl.MessageState
@@ -2122,12 +2311,14 @@ type EngineProcess struct {
 	// "vllm.v1.worker.cpu_model_runner.CPUModelRunner"). The server refuses to start on any other than vLLM's V1
 	// runner, which its seams need.
 	ModelRunner string `protobuf:"bytes,5,opt,name=model_runner,json=modelRunner,proto3" json:"model_runner,omitempty"`
+	// The engine instance the process belongs to (InstanceStatus.index).
+	Instance uint32 `protobuf:"varint,6,opt,name=instance,proto3" json:"instance,omitempty"`
 }
 
 func (x *EngineProcess) Reset() {
 	*x = EngineProcess{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_gonka_mlnode_v1_inference_proto_msgTypes[20]
+		mi := &file_gonka_mlnode_v1_inference_proto_msgTypes[21]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -2140,7 +2331,7 @@ func (x *EngineProcess) String() string {
 func (*EngineProcess) ProtoMessage() {}
 
 func (x *EngineProcess) ProtoReflect() protoreflect.Message {
-	mi := &file_gonka_mlnode_v1_inference_proto_msgTypes[20]
+	mi := &file_gonka_mlnode_v1_inference_proto_msgTypes[21]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2344,7 @@ func (x *EngineProcess) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EngineProcess.ProtoReflect.Descriptor instead.
 func (*EngineProcess) Descriptor() ([]byte, []int) {
-	return file_gonka_mlnode_v1_inference_proto_rawDescGZIP(), []int{20}
+	return file_gonka_mlnode_v1_inference_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EngineProcess) GetRole() EngineProcess_Role {
@@ -2191,6 +2382,13 @@ func (x *EngineProcess) GetModelRunner() string {
 	return ""
 }
 
+func (x *EngineProcess) GetInstance() uint32 {
+	if x != nil {
+		return x.Instance
+	}
+	return 0
+}
+
 // Versions of the server and of what it runs on.
 type Versions struct {
 	state         protoimpl.MessageState
@@ -2212,7 +2410,7 @@ type Versions struct {
 func (x *Versions) Reset() {
 	*x = Versions{}
 	if protoimpl.UnsafeEnabled {
-		mi := &file_gonka_mlnode_v1_inference_proto_msgTypes[21]
+		mi := &file_gonka_mlnode_v1_inference_proto_msgTypes[22]
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		ms.StoreMessageInfo(mi)
 	}
@@ -2225,7 +2423,7 @@ func (x *Versions) String() string {
 func (*Versions) ProtoMessage() {}
 
 func (x *Versions) ProtoReflect() protoreflect.Message {
-	mi := &file_gonka_mlnode_v1_inference_proto_msgTypes[21]
+	mi := &file_gonka_mlnode_v1_inference_proto_msgTypes[22]
 	if protoimpl.UnsafeEnabled && x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2238,7 +2436,7 @@ func (x *Versions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Versions.ProtoReflect.Descriptor instead.
 func (*Versions) Descriptor() ([]byte, []int) {
-	return file_gonka_mlnode_v1_inference_proto_rawDescGZIP(), []int{21}
+	return file_gonka_mlnode_v1_inference_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Versions) GetServer() string {
@@ -2542,7 +2740,7 @@ var file_gonka_mlnode_v1_inference_proto_rawDesc = []byte{
 	0x65, 0x73, 0x74, 0x12, 0x38, 0x0a, 0x18, 0x69, 0x6e, 0x63, 0x6c, 0x75, 0x64, 0x65, 0x5f, 0x65,
 	0x6e, 0x67, 0x69, 0x6e, 0x65, 0x5f, 0x70, 0x72, 0x6f, 0x63, 0x65, 0x73, 0x73, 0x65, 0x73, 0x18,
 	0x01, 0x20, 0x01, 0x28, 0x08, 0x52, 0x16, 0x69, 0x6e, 0x63, 0x6c, 0x75, 0x64, 0x65, 0x45, 0x6e,
-	0x67, 0x69, 0x6e, 0x65, 0x50, 0x72, 0x6f, 0x63, 0x65, 0x73, 0x73, 0x65, 0x73, 0x22, 0x84, 0x05,
+	0x67, 0x69, 0x6e, 0x65, 0x50, 0x72, 0x6f, 0x63, 0x65, 0x73, 0x73, 0x65, 0x73, 0x22, 0xc3, 0x05,
 	0x0a, 0x17, 0x47, 0x65, 0x74, 0x53, 0x65, 0x72, 0x76, 0x65, 0x72, 0x53, 0x74, 0x61, 0x74, 0x75,
 	0x73, 0x52, 0x65, 0x73, 0x70, 0x6f, 0x6e, 0x73, 0x65, 0x12, 0x2e, 0x0a, 0x10, 0x72, 0x75, 0x6e,
 	0x6e, 0x69, 0x6e, 0x67, 0x5f, 0x72, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x73, 0x18, 0x01, 0x20,
@@ -2579,22 +2777,59 @@ var file_gonka_mlnode_v1_inference_proto_rawDesc = []byte{
 	0x52, 0x13, 0x69, 0x6e, 0x66, 0x65, 0x72, 0x65, 0x6e, 0x63, 0x65, 0x47, 0x61, 0x74, 0x65, 0x43,
 	0x6c, 0x6f, 0x73, 0x65, 0x64, 0x12, 0x20, 0x0a, 0x0c, 0x70, 0x6f, 0x63, 0x5f, 0x72, 0x6f, 0x75,
 	0x6e, 0x64, 0x5f, 0x69, 0x64, 0x18, 0x0c, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0a, 0x70, 0x6f, 0x63,
-	0x52, 0x6f, 0x75, 0x6e, 0x64, 0x49, 0x64, 0x42, 0x13, 0x0a, 0x11, 0x5f, 0x72, 0x75, 0x6e, 0x6e,
-	0x69, 0x6e, 0x67, 0x5f, 0x72, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x73, 0x42, 0x13, 0x0a, 0x11,
-	0x5f, 0x77, 0x61, 0x69, 0x74, 0x69, 0x6e, 0x67, 0x5f, 0x72, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74,
-	0x73, 0x42, 0x11, 0x0a, 0x0f, 0x5f, 0x6b, 0x76, 0x5f, 0x63, 0x61, 0x63, 0x68, 0x65, 0x5f, 0x75,
-	0x73, 0x61, 0x67, 0x65, 0x22, 0xfb, 0x01, 0x0a, 0x0d, 0x45, 0x6e, 0x67, 0x69, 0x6e, 0x65, 0x50,
-	0x72, 0x6f, 0x63, 0x65, 0x73, 0x73, 0x12, 0x37, 0x0a, 0x04, 0x72, 0x6f, 0x6c, 0x65, 0x18, 0x01,
-	0x20, 0x01, 0x28, 0x0e, 0x32, 0x23, 0x2e, 0x67, 0x6f, 0x6e, 0x6b, 0x61, 0x2e, 0x6d, 0x6c, 0x6e,
-	0x6f, 0x64, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x45, 0x6e, 0x67, 0x69, 0x6e, 0x65, 0x50, 0x72, 0x6f,
-	0x63, 0x65, 0x73, 0x73, 0x2e, 0x52, 0x6f, 0x6c, 0x65, 0x52, 0x04, 0x72, 0x6f, 0x6c, 0x65, 0x12,
-	0x10, 0x0a, 0x03, 0x70, 0x69, 0x64, 0x18, 0x02, 0x20, 0x01, 0x28, 0x0d, 0x52, 0x03, 0x70, 0x69,
-	0x64, 0x12, 0x21, 0x0a, 0x0c, 0x76, 0x6c, 0x6c, 0x6d, 0x5f, 0x76, 0x65, 0x72, 0x73, 0x69, 0x6f,
-	0x6e, 0x18, 0x03, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0b, 0x76, 0x6c, 0x6c, 0x6d, 0x56, 0x65, 0x72,
-	0x73, 0x69, 0x6f, 0x6e, 0x12, 0x14, 0x0a, 0x05, 0x73, 0x65, 0x61, 0x6d, 0x73, 0x18, 0x04, 0x20,
-	0x03, 0x28, 0x09, 0x52, 0x05, 0x73, 0x65, 0x61, 0x6d, 0x73, 0x12, 0x21, 0x0a, 0x0c, 0x6d, 0x6f,
-	0x64, 0x65, 0x6c, 0x5f, 0x72, 0x75, 0x6e, 0x6e, 0x65, 0x72, 0x18, 0x05, 0x20, 0x01, 0x28, 0x09,
-	0x52, 0x0b, 0x6d, 0x6f, 0x64, 0x65, 0x6c, 0x52, 0x75, 0x6e, 0x6e, 0x65, 0x72, 0x22, 0x43, 0x0a,
+	0x52, 0x6f, 0x75, 0x6e, 0x64, 0x49, 0x64, 0x12, 0x3d, 0x0a, 0x09, 0x69, 0x6e, 0x73, 0x74, 0x61,
+	0x6e, 0x63, 0x65, 0x73, 0x18, 0x0d, 0x20, 0x03, 0x28, 0x0b, 0x32, 0x1f, 0x2e, 0x67, 0x6f, 0x6e,
+	0x6b, 0x61, 0x2e, 0x6d, 0x6c, 0x6e, 0x6f, 0x64, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x49, 0x6e, 0x73,
+	0x74, 0x61, 0x6e, 0x63, 0x65, 0x53, 0x74, 0x61, 0x74, 0x75, 0x73, 0x52, 0x09, 0x69, 0x6e, 0x73,
+	0x74, 0x61, 0x6e, 0x63, 0x65, 0x73, 0x42, 0x13, 0x0a, 0x11, 0x5f, 0x72, 0x75, 0x6e, 0x6e, 0x69,
+	0x6e, 0x67, 0x5f, 0x72, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x73, 0x42, 0x13, 0x0a, 0x11, 0x5f,
+	0x77, 0x61, 0x69, 0x74, 0x69, 0x6e, 0x67, 0x5f, 0x72, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x73,
+	0x42, 0x11, 0x0a, 0x0f, 0x5f, 0x6b, 0x76, 0x5f, 0x63, 0x61, 0x63, 0x68, 0x65, 0x5f, 0x75, 0x73,
+	0x61, 0x67, 0x65, 0x22, 0xf2, 0x03, 0x0a, 0x0e, 0x49, 0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65,
+	0x53, 0x74, 0x61, 0x74, 0x75, 0x73, 0x12, 0x14, 0x0a, 0x05, 0x69, 0x6e, 0x64, 0x65, 0x78, 0x18,
+	0x01, 0x20, 0x01, 0x28, 0x0d, 0x52, 0x05, 0x69, 0x6e, 0x64, 0x65, 0x78, 0x12, 0x3b, 0x0a, 0x05,
+	0x73, 0x74, 0x61, 0x74, 0x65, 0x18, 0x02, 0x20, 0x01, 0x28, 0x0e, 0x32, 0x25, 0x2e, 0x67, 0x6f,
+	0x6e, 0x6b, 0x61, 0x2e, 0x6d, 0x6c, 0x6e, 0x6f, 0x64, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x49, 0x6e,
+	0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x53, 0x74, 0x61, 0x74, 0x75, 0x73, 0x2e, 0x53, 0x74, 0x61,
+	0x74, 0x65, 0x52, 0x05, 0x73, 0x74, 0x61, 0x74, 0x65, 0x12, 0x2e, 0x0a, 0x10, 0x72, 0x75, 0x6e,
+	0x6e, 0x69, 0x6e, 0x67, 0x5f, 0x72, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x73, 0x18, 0x03, 0x20,
+	0x01, 0x28, 0x0d, 0x48, 0x00, 0x52, 0x0f, 0x72, 0x75, 0x6e, 0x6e, 0x69, 0x6e, 0x67, 0x52, 0x65,
+	0x71, 0x75, 0x65, 0x73, 0x74, 0x73, 0x88, 0x01, 0x01, 0x12, 0x2e, 0x0a, 0x10, 0x77, 0x61, 0x69,
+	0x74, 0x69, 0x6e, 0x67, 0x5f, 0x72, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x73, 0x18, 0x04, 0x20,
+	0x01, 0x28, 0x0d, 0x48, 0x01, 0x52, 0x0f, 0x77, 0x61, 0x69, 0x74, 0x69, 0x6e, 0x67, 0x52, 0x65,
+	0x71, 0x75, 0x65, 0x73, 0x74, 0x73, 0x88, 0x01, 0x01, 0x12, 0x29, 0x0a, 0x0e, 0x6b, 0x76, 0x5f,
+	0x63, 0x61, 0x63, 0x68, 0x65, 0x5f, 0x75, 0x73, 0x61, 0x67, 0x65, 0x18, 0x05, 0x20, 0x01, 0x28,
+	0x01, 0x48, 0x02, 0x52, 0x0c, 0x6b, 0x76, 0x43, 0x61, 0x63, 0x68, 0x65, 0x55, 0x73, 0x61, 0x67,
+	0x65, 0x88, 0x01, 0x01, 0x12, 0x27, 0x0a, 0x0f, 0x72, 0x6f, 0x75, 0x74, 0x65, 0x64, 0x5f, 0x72,
+	0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x73, 0x18, 0x06, 0x20, 0x01, 0x28, 0x0d, 0x52, 0x0e, 0x72,
+	0x6f, 0x75, 0x74, 0x65, 0x64, 0x52, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x73, 0x12, 0x25, 0x0a,
+	0x0e, 0x65, 0x6e, 0x67, 0x69, 0x6e, 0x65, 0x5f, 0x70, 0x72, 0x6f, 0x62, 0x6c, 0x65, 0x6d, 0x18,
+	0x07, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0d, 0x65, 0x6e, 0x67, 0x69, 0x6e, 0x65, 0x50, 0x72, 0x6f,
+	0x62, 0x6c, 0x65, 0x6d, 0x12, 0x21, 0x0a, 0x0c, 0x64, 0x65, 0x76, 0x69, 0x63, 0x65, 0x5f, 0x73,
+	0x6c, 0x69, 0x63, 0x65, 0x18, 0x08, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0b, 0x64, 0x65, 0x76, 0x69,
+	0x63, 0x65, 0x53, 0x6c, 0x69, 0x63, 0x65, 0x22, 0x52, 0x0a, 0x05, 0x53, 0x74, 0x61, 0x74, 0x65,
+	0x12, 0x15, 0x0a, 0x11, 0x53, 0x54, 0x41, 0x54, 0x45, 0x5f, 0x55, 0x4e, 0x53, 0x50, 0x45, 0x43,
+	0x49, 0x46, 0x49, 0x45, 0x44, 0x10, 0x00, 0x12, 0x11, 0x0a, 0x0d, 0x53, 0x54, 0x41, 0x54, 0x45,
+	0x5f, 0x53, 0x45, 0x52, 0x56, 0x49, 0x4e, 0x47, 0x10, 0x01, 0x12, 0x0f, 0x0a, 0x0b, 0x53, 0x54,
+	0x41, 0x54, 0x45, 0x5f, 0x53, 0x54, 0x55, 0x43, 0x4b, 0x10, 0x02, 0x12, 0x0e, 0x0a, 0x0a, 0x53,
+	0x54, 0x41, 0x54, 0x45, 0x5f, 0x44, 0x45, 0x41, 0x44, 0x10, 0x03, 0x42, 0x13, 0x0a, 0x11, 0x5f,
+	0x72, 0x75, 0x6e, 0x6e, 0x69, 0x6e, 0x67, 0x5f, 0x72, 0x65, 0x71, 0x75, 0x65, 0x73, 0x74, 0x73,
+	0x42, 0x13, 0x0a, 0x11, 0x5f, 0x77, 0x61, 0x69, 0x74, 0x69, 0x6e, 0x67, 0x5f, 0x72, 0x65, 0x71,
+	0x75, 0x65, 0x73, 0x74, 0x73, 0x42, 0x11, 0x0a, 0x0f, 0x5f, 0x6b, 0x76, 0x5f, 0x63, 0x61, 0x63,
+	0x68, 0x65, 0x5f, 0x75, 0x73, 0x61, 0x67, 0x65, 0x22, 0x97, 0x02, 0x0a, 0x0d, 0x45, 0x6e, 0x67,
+	0x69, 0x6e, 0x65, 0x50, 0x72, 0x6f, 0x63, 0x65, 0x73, 0x73, 0x12, 0x37, 0x0a, 0x04, 0x72, 0x6f,
+	0x6c, 0x65, 0x18, 0x01, 0x20, 0x01, 0x28, 0x0e, 0x32, 0x23, 0x2e, 0x67, 0x6f, 0x6e, 0x6b, 0x61,
+	0x2e, 0x6d, 0x6c, 0x6e, 0x6f, 0x64, 0x65, 0x2e, 0x76, 0x31, 0x2e, 0x45, 0x6e, 0x67, 0x69, 0x6e,
+	0x65, 0x50, 0x72, 0x6f, 0x63, 0x65, 0x73, 0x73, 0x2e, 0x52, 0x6f, 0x6c, 0x65, 0x52, 0x04, 0x72,
+	0x6f, 0x6c, 0x65, 0x12, 0x10, 0x0a, 0x03, 0x70, 0x69, 0x64, 0x18, 0x02, 0x20, 0x01, 0x28, 0x0d,
+	0x52, 0x03, 0x70, 0x69, 0x64, 0x12, 0x21, 0x0a, 0x0c, 0x76, 0x6c, 0x6c, 0x6d, 0x5f, 0x76, 0x65,
+	0x72, 0x73, 0x69, 0x6f, 0x6e, 0x18, 0x03, 0x20, 0x01, 0x28, 0x09, 0x52, 0x0b, 0x76, 0x6c, 0x6c,
+	0x6d, 0x56, 0x65, 0x72, 0x73, 0x69, 0x6f, 0x6e, 0x12, 0x14, 0x0a, 0x05, 0x73, 0x65, 0x61, 0x6d,
+	0x73, 0x18, 0x04, 0x20, 0x03, 0x28, 0x09, 0x52, 0x05, 0x73, 0x65, 0x61, 0x6d, 0x73, 0x12, 0x21,
+	0x0a, 0x0c, 0x6d, 0x6f, 0x64, 0x65, 0x6c, 0x5f, 0x72, 0x75, 0x6e, 0x6e, 0x65, 0x72, 0x18, 0x05,
+	0x20, 0x01, 0x28, 0x09, 0x52, 0x0b, 0x6d, 0x6f, 0x64, 0x65, 0x6c, 0x52, 0x75, 0x6e, 0x6e, 0x65,
+	0x72, 0x12, 0x1a, 0x0a, 0x08, 0x69, 0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x18, 0x06, 0x20,
+	0x01, 0x28, 0x0d, 0x52, 0x08, 0x69, 0x6e, 0x73, 0x74, 0x61, 0x6e, 0x63, 0x65, 0x22, 0x43, 0x0a,
 	0x04, 0x52, 0x6f, 0x6c, 0x65, 0x12, 0x14, 0x0a, 0x10, 0x52, 0x4f, 0x4c, 0x45, 0x5f, 0x55, 0x4e,
 	0x53, 0x50, 0x45, 0x43, 0x49, 0x46, 0x49, 0x45, 0x44, 0x10, 0x00, 0x12, 0x14, 0x0a, 0x10, 0x52,
 	0x4f, 0x4c, 0x45, 0x5f, 0x45, 0x4e, 0x47, 0x49, 0x4e, 0x45, 0x5f, 0x43, 0x4f, 0x52, 0x45, 0x10,
@@ -2673,71 +2908,75 @@ func file_gonka_mlnode_v1_inference_proto_rawDescGZIP() []byte {
 	return file_gonka_mlnode_v1_inference_proto_rawDescData
 }
 
-var file_gonka_mlnode_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_gonka_mlnode_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_gonka_mlnode_v1_inference_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
+var file_gonka_mlnode_v1_inference_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_gonka_mlnode_v1_inference_proto_goTypes = []interface{}{
 	(ChatRole)(0),                   // 0: gonka.mlnode.v1.ChatRole
 	(LogprobsMode)(0),               // 1: gonka.mlnode.v1.LogprobsMode
 	(FinishReason)(0),               // 2: gonka.mlnode.v1.FinishReason
-	(EngineProcess_Role)(0),         // 3: gonka.mlnode.v1.EngineProcess.Role
-	(*GenerateRequest)(nil),         // 4: gonka.mlnode.v1.GenerateRequest
-	(*TokenIds)(nil),                // 5: gonka.mlnode.v1.TokenIds
-	(*ChatMessage)(nil),             // 6: gonka.mlnode.v1.ChatMessage
-	(*ChatInput)(nil),               // 7: gonka.mlnode.v1.ChatInput
-	(*SamplingOptions)(nil),         // 8: gonka.mlnode.v1.SamplingOptions
-	(*LogprobsOptions)(nil),         // 9: gonka.mlnode.v1.LogprobsOptions
-	(*StructuredOutput)(nil),        // 10: gonka.mlnode.v1.StructuredOutput
-	(*ChoiceList)(nil),              // 11: gonka.mlnode.v1.ChoiceList
-	(*StreamOptions)(nil),           // 12: gonka.mlnode.v1.StreamOptions
-	(*GenerateResponse)(nil),        // 13: gonka.mlnode.v1.GenerateResponse
-	(*TokenBatch)(nil),              // 14: gonka.mlnode.v1.TokenBatch
-	(*PromptLogprobs)(nil),          // 15: gonka.mlnode.v1.PromptLogprobs
-	(*Finish)(nil),                  // 16: gonka.mlnode.v1.Finish
-	(*Usage)(nil),                   // 17: gonka.mlnode.v1.Usage
-	(*AbortRequest)(nil),            // 18: gonka.mlnode.v1.AbortRequest
-	(*AbortResponse)(nil),           // 19: gonka.mlnode.v1.AbortResponse
-	(*GetModelInfoRequest)(nil),     // 20: gonka.mlnode.v1.GetModelInfoRequest
-	(*GetModelInfoResponse)(nil),    // 21: gonka.mlnode.v1.GetModelInfoResponse
-	(*GetServerStatusRequest)(nil),  // 22: gonka.mlnode.v1.GetServerStatusRequest
-	(*GetServerStatusResponse)(nil), // 23: gonka.mlnode.v1.GetServerStatusResponse
-	(*EngineProcess)(nil),           // 24: gonka.mlnode.v1.EngineProcess
-	(*Versions)(nil),                // 25: gonka.mlnode.v1.Versions
-	(*structpb.Struct)(nil),         // 26: google.protobuf.Struct
+	(InstanceStatus_State)(0),       // 3: gonka.mlnode.v1.InstanceStatus.State
+	(EngineProcess_Role)(0),         // 4: gonka.mlnode.v1.EngineProcess.Role
+	(*GenerateRequest)(nil),         // 5: gonka.mlnode.v1.GenerateRequest
+	(*TokenIds)(nil),                // 6: gonka.mlnode.v1.TokenIds
+	(*ChatMessage)(nil),             // 7: gonka.mlnode.v1.ChatMessage
+	(*ChatInput)(nil),               // 8: gonka.mlnode.v1.ChatInput
+	(*SamplingOptions)(nil),         // 9: gonka.mlnode.v1.SamplingOptions
+	(*LogprobsOptions)(nil),         // 10: gonka.mlnode.v1.LogprobsOptions
+	(*StructuredOutput)(nil),        // 11: gonka.mlnode.v1.StructuredOutput
+	(*ChoiceList)(nil),              // 12: gonka.mlnode.v1.ChoiceList
+	(*StreamOptions)(nil),           // 13: gonka.mlnode.v1.StreamOptions
+	(*GenerateResponse)(nil),        // 14: gonka.mlnode.v1.GenerateResponse
+	(*TokenBatch)(nil),              // 15: gonka.mlnode.v1.TokenBatch
+	(*PromptLogprobs)(nil),          // 16: gonka.mlnode.v1.PromptLogprobs
+	(*Finish)(nil),                  // 17: gonka.mlnode.v1.Finish
+	(*Usage)(nil),                   // 18: gonka.mlnode.v1.Usage
+	(*AbortRequest)(nil),            // 19: gonka.mlnode.v1.AbortRequest
+	(*AbortResponse)(nil),           // 20: gonka.mlnode.v1.AbortResponse
+	(*GetModelInfoRequest)(nil),     // 21: gonka.mlnode.v1.GetModelInfoRequest
+	(*GetModelInfoResponse)(nil),    // 22: gonka.mlnode.v1.GetModelInfoResponse
+	(*GetServerStatusRequest)(nil),  // 23: gonka.mlnode.v1.GetServerStatusRequest
+	(*GetServerStatusResponse)(nil), // 24: gonka.mlnode.v1.GetServerStatusResponse
+	(*InstanceStatus)(nil),          // 25: gonka.mlnode.v1.InstanceStatus
+	(*EngineProcess)(nil),           // 26: gonka.mlnode.v1.EngineProcess
+	(*Versions)(nil),                // 27: gonka.mlnode.v1.Versions
+	(*structpb.Struct)(nil),         // 28: google.protobuf.Struct
 }
 var file_gonka_mlnode_v1_inference_proto_depIdxs = []int32{
-	5,  // 0: gonka.mlnode.v1.GenerateRequest.token_ids:type_name -> gonka.mlnode.v1.TokenIds
-	7,  // 1: gonka.mlnode.v1.GenerateRequest.chat:type_name -> gonka.mlnode.v1.ChatInput
-	8,  // 2: gonka.mlnode.v1.GenerateRequest.sampling:type_name -> gonka.mlnode.v1.SamplingOptions
-	9,  // 3: gonka.mlnode.v1.GenerateRequest.logprobs:type_name -> gonka.mlnode.v1.LogprobsOptions
-	10, // 4: gonka.mlnode.v1.GenerateRequest.structured_output:type_name -> gonka.mlnode.v1.StructuredOutput
-	12, // 5: gonka.mlnode.v1.GenerateRequest.stream:type_name -> gonka.mlnode.v1.StreamOptions
+	6,  // 0: gonka.mlnode.v1.GenerateRequest.token_ids:type_name -> gonka.mlnode.v1.TokenIds
+	8,  // 1: gonka.mlnode.v1.GenerateRequest.chat:type_name -> gonka.mlnode.v1.ChatInput
+	9,  // 2: gonka.mlnode.v1.GenerateRequest.sampling:type_name -> gonka.mlnode.v1.SamplingOptions
+	10, // 3: gonka.mlnode.v1.GenerateRequest.logprobs:type_name -> gonka.mlnode.v1.LogprobsOptions
+	11, // 4: gonka.mlnode.v1.GenerateRequest.structured_output:type_name -> gonka.mlnode.v1.StructuredOutput
+	13, // 5: gonka.mlnode.v1.GenerateRequest.stream:type_name -> gonka.mlnode.v1.StreamOptions
 	0,  // 6: gonka.mlnode.v1.ChatMessage.role:type_name -> gonka.mlnode.v1.ChatRole
-	6,  // 7: gonka.mlnode.v1.ChatInput.messages:type_name -> gonka.mlnode.v1.ChatMessage
-	26, // 8: gonka.mlnode.v1.ChatInput.template_kwargs:type_name -> google.protobuf.Struct
+	7,  // 7: gonka.mlnode.v1.ChatInput.messages:type_name -> gonka.mlnode.v1.ChatMessage
+	28, // 8: gonka.mlnode.v1.ChatInput.template_kwargs:type_name -> google.protobuf.Struct
 	1,  // 9: gonka.mlnode.v1.LogprobsOptions.mode:type_name -> gonka.mlnode.v1.LogprobsMode
-	11, // 10: gonka.mlnode.v1.StructuredOutput.choice:type_name -> gonka.mlnode.v1.ChoiceList
-	14, // 11: gonka.mlnode.v1.GenerateResponse.tokens:type_name -> gonka.mlnode.v1.TokenBatch
-	15, // 12: gonka.mlnode.v1.GenerateResponse.prompt_logprobs:type_name -> gonka.mlnode.v1.PromptLogprobs
-	16, // 13: gonka.mlnode.v1.GenerateResponse.finish:type_name -> gonka.mlnode.v1.Finish
-	14, // 14: gonka.mlnode.v1.PromptLogprobs.tokens:type_name -> gonka.mlnode.v1.TokenBatch
+	12, // 10: gonka.mlnode.v1.StructuredOutput.choice:type_name -> gonka.mlnode.v1.ChoiceList
+	15, // 11: gonka.mlnode.v1.GenerateResponse.tokens:type_name -> gonka.mlnode.v1.TokenBatch
+	16, // 12: gonka.mlnode.v1.GenerateResponse.prompt_logprobs:type_name -> gonka.mlnode.v1.PromptLogprobs
+	17, // 13: gonka.mlnode.v1.GenerateResponse.finish:type_name -> gonka.mlnode.v1.Finish
+	15, // 14: gonka.mlnode.v1.PromptLogprobs.tokens:type_name -> gonka.mlnode.v1.TokenBatch
 	2,  // 15: gonka.mlnode.v1.Finish.reason:type_name -> gonka.mlnode.v1.FinishReason
-	17, // 16: gonka.mlnode.v1.Finish.usage:type_name -> gonka.mlnode.v1.Usage
-	25, // 17: gonka.mlnode.v1.GetServerStatusResponse.versions:type_name -> gonka.mlnode.v1.Versions
-	24, // 18: gonka.mlnode.v1.GetServerStatusResponse.engine_processes:type_name -> gonka.mlnode.v1.EngineProcess
-	3,  // 19: gonka.mlnode.v1.EngineProcess.role:type_name -> gonka.mlnode.v1.EngineProcess.Role
-	4,  // 20: gonka.mlnode.v1.InferenceService.Generate:input_type -> gonka.mlnode.v1.GenerateRequest
-	18, // 21: gonka.mlnode.v1.InferenceService.Abort:input_type -> gonka.mlnode.v1.AbortRequest
-	20, // 22: gonka.mlnode.v1.InferenceService.GetModelInfo:input_type -> gonka.mlnode.v1.GetModelInfoRequest
-	22, // 23: gonka.mlnode.v1.InferenceService.GetServerStatus:input_type -> gonka.mlnode.v1.GetServerStatusRequest
-	13, // 24: gonka.mlnode.v1.InferenceService.Generate:output_type -> gonka.mlnode.v1.GenerateResponse
-	19, // 25: gonka.mlnode.v1.InferenceService.Abort:output_type -> gonka.mlnode.v1.AbortResponse
-	21, // 26: gonka.mlnode.v1.InferenceService.GetModelInfo:output_type -> gonka.mlnode.v1.GetModelInfoResponse
-	23, // 27: gonka.mlnode.v1.InferenceService.GetServerStatus:output_type -> gonka.mlnode.v1.GetServerStatusResponse
-	24, // [24:28] is the sub-list for method output_type
-	20, // [20:24] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	18, // 16: gonka.mlnode.v1.Finish.usage:type_name -> gonka.mlnode.v1.Usage
+	27, // 17: gonka.mlnode.v1.GetServerStatusResponse.versions:type_name -> gonka.mlnode.v1.Versions
+	26, // 18: gonka.mlnode.v1.GetServerStatusResponse.engine_processes:type_name -> gonka.mlnode.v1.EngineProcess
+	25, // 19: gonka.mlnode.v1.GetServerStatusResponse.instances:type_name -> gonka.mlnode.v1.InstanceStatus
+	3,  // 20: gonka.mlnode.v1.InstanceStatus.state:type_name -> gonka.mlnode.v1.InstanceStatus.State
+	4,  // 21: gonka.mlnode.v1.EngineProcess.role:type_name -> gonka.mlnode.v1.EngineProcess.Role
+	5,  // 22: gonka.mlnode.v1.InferenceService.Generate:input_type -> gonka.mlnode.v1.GenerateRequest
+	19, // 23: gonka.mlnode.v1.InferenceService.Abort:input_type -> gonka.mlnode.v1.AbortRequest
+	21, // 24: gonka.mlnode.v1.InferenceService.GetModelInfo:input_type -> gonka.mlnode.v1.GetModelInfoRequest
+	23, // 25: gonka.mlnode.v1.InferenceService.GetServerStatus:input_type -> gonka.mlnode.v1.GetServerStatusRequest
+	14, // 26: gonka.mlnode.v1.InferenceService.Generate:output_type -> gonka.mlnode.v1.GenerateResponse
+	20, // 27: gonka.mlnode.v1.InferenceService.Abort:output_type -> gonka.mlnode.v1.AbortResponse
+	22, // 28: gonka.mlnode.v1.InferenceService.GetModelInfo:output_type -> gonka.mlnode.v1.GetModelInfoResponse
+	24, // 29: gonka.mlnode.v1.InferenceService.GetServerStatus:output_type -> gonka.mlnode.v1.GetServerStatusResponse
+	26, // [26:30] is the sub-list for method output_type
+	22, // [22:26] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_gonka_mlnode_v1_inference_proto_init() }
@@ -2987,7 +3226,7 @@ func file_gonka_mlnode_v1_inference_proto_init() {
 			}
 		}
 		file_gonka_mlnode_v1_inference_proto_msgTypes[20].Exporter = func(v interface{}, i int) interface{} {
-			switch v := v.(*EngineProcess); i {
+			switch v := v.(*InstanceStatus); i {
 			case 0:
 				return &v.state
 			case 1:
@@ -2999,6 +3238,18 @@ func file_gonka_mlnode_v1_inference_proto_init() {
 			}
 		}
 		file_gonka_mlnode_v1_inference_proto_msgTypes[21].Exporter = func(v interface{}, i int) interface{} {
+			switch v := v.(*EngineProcess); i {
+			case 0:
+				return &v.state
+			case 1:
+				return &v.sizeCache
+			case 2:
+				return &v.unknownFields
+			default:
+				return nil
+			}
+		}
+		file_gonka_mlnode_v1_inference_proto_msgTypes[22].Exporter = func(v interface{}, i int) interface{} {
 			switch v := v.(*Versions); i {
 			case 0:
 				return &v.state
@@ -3032,13 +3283,14 @@ func file_gonka_mlnode_v1_inference_proto_init() {
 	}
 	file_gonka_mlnode_v1_inference_proto_msgTypes[17].OneofWrappers = []interface{}{}
 	file_gonka_mlnode_v1_inference_proto_msgTypes[19].OneofWrappers = []interface{}{}
+	file_gonka_mlnode_v1_inference_proto_msgTypes[20].OneofWrappers = []interface{}{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: file_gonka_mlnode_v1_inference_proto_rawDesc,
-			NumEnums:      4,
-			NumMessages:   22,
+			NumEnums:      5,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,7 +21,8 @@ type ValidationServiceClient interface {
 	// distance the way the chain does (inference-validation.md). Items are replayed concurrently (at
 	// most 128 at once per call); one response per item is streamed as it completes (not in request
 	// order), tagged with the item's index, and the stream ends with status OK after the last. A bad
-	// item, or one the engine fails, gets its own ItemError without failing the others.
+	// item, or one the engine fails, gets its own ItemError without failing the others. On a server of
+	// several engine instances each replay goes to the least-loaded instance that serves, as Generate.
 	// Errors before any response:
 	//   - INVALID_ARGUMENT (INVALID_FIELD, field items): no items, or more than the server's limit
 	//     (1024).
@@ -38,7 +39,10 @@ type ValidationServiceClient interface {
 	// progress message per batch run (batches of batch_size claims in request order, split when KV
 	// blocks are short), then the summary, then ends with status OK. Runs beside live inference on
 	// borrowed KV blocks (a batch waits up to --poc-block-wait-s for free blocks, then is halved),
-	// and during a mining round. Malformed or non-finite claimed vectors are mismatches, not errors;
+	// and during a mining round. On a server of several engine instances the batches are computed on
+	// every instance that serves, side by side, each on KV blocks borrowed from its own engine beside
+	// its live inference; the progress still comes in request order, and a batch whose instance's
+	// engine dies is computed again on another. Malformed or non-finite claimed vectors are mismatches, not errors;
 	// claims in a batch this node computes as non-finite count in n_total but never as mismatches.
 	// Errors before any message:
 	//   - INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field): a missing block_hash,
@@ -53,7 +57,7 @@ type ValidationServiceClient interface {
 	//   - RESOURCE_EXHAUSTED (KV_BLOCKS_EXHAUSTED), with RetryInfo: not even one nonce's KV blocks were
 	//     free after the wait.
 	//   - DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
-	//     --engine-call-timeout. UNAVAILABLE (ENGINE_DEAD): the engine died. INTERNAL
+	//     --engine-call-timeout. UNAVAILABLE (ENGINE_DEAD): every instance's engine died. INTERNAL
 	//     (INTERNAL_ERROR): another engine or server failure (logged).
 	ValidatePocArtifacts(ctx context.Context, in *ValidatePocArtifactsRequest, opts ...grpc.CallOption) (ValidationService_ValidatePocArtifactsClient, error)
 }
@@ -138,7 +142,8 @@ type ValidationServiceServer interface {
 	// distance the way the chain does (inference-validation.md). Items are replayed concurrently (at
 	// most 128 at once per call); one response per item is streamed as it completes (not in request
 	// order), tagged with the item's index, and the stream ends with status OK after the last. A bad
-	// item, or one the engine fails, gets its own ItemError without failing the others.
+	// item, or one the engine fails, gets its own ItemError without failing the others. On a server of
+	// several engine instances each replay goes to the least-loaded instance that serves, as Generate.
 	// Errors before any response:
 	//   - INVALID_ARGUMENT (INVALID_FIELD, field items): no items, or more than the server's limit
 	//     (1024).
@@ -155,7 +160,10 @@ type ValidationServiceServer interface {
 	// progress message per batch run (batches of batch_size claims in request order, split when KV
 	// blocks are short), then the summary, then ends with status OK. Runs beside live inference on
 	// borrowed KV blocks (a batch waits up to --poc-block-wait-s for free blocks, then is halved),
-	// and during a mining round. Malformed or non-finite claimed vectors are mismatches, not errors;
+	// and during a mining round. On a server of several engine instances the batches are computed on
+	// every instance that serves, side by side, each on KV blocks borrowed from its own engine beside
+	// its live inference; the progress still comes in request order, and a batch whose instance's
+	// engine dies is computed again on another. Malformed or non-finite claimed vectors are mismatches, not errors;
 	// claims in a batch this node computes as non-finite count in n_total but never as mismatches.
 	// Errors before any message:
 	//   - INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field): a missing block_hash,
@@ -170,7 +178,7 @@ type ValidationServiceServer interface {
 	//   - RESOURCE_EXHAUSTED (KV_BLOCKS_EXHAUSTED), with RetryInfo: not even one nonce's KV blocks were
 	//     free after the wait.
 	//   - DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
-	//     --engine-call-timeout. UNAVAILABLE (ENGINE_DEAD): the engine died. INTERNAL
+	//     --engine-call-timeout. UNAVAILABLE (ENGINE_DEAD): every instance's engine died. INTERNAL
 	//     (INTERNAL_ERROR): another engine or server failure (logged).
 	ValidatePocArtifacts(*ValidatePocArtifactsRequest, ValidationService_ValidatePocArtifactsServer) error
 	mustEmbedUnimplementedValidationServiceServer()
