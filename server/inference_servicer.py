@@ -243,4 +243,5 @@ def _engine_process(instance: int, role: int, report: dict) -> pb.EngineProcess:
         seams=report["seams"],
         model_runner=report.get("model_runner", ""),
         instance=instance,
+        environment=report.get("environment", {}),
     )

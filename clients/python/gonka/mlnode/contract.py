@@ -24,8 +24,8 @@ from google.protobuf import descriptor_pb2
 import gonka.mlnode.v1
 
 # Written by `make contract`: the previous commit's revision, plus one when the digest changed.
-REVISION = 4
-DIGEST = "sha256:6ee9a8b47a411e746dffe984c06ac40abef5a3a9f0c6cb869e8ef132b16ed8c7"
+REVISION = 5
+DIGEST = "sha256:bbbed50046f0108bf1d7aa0b81519b708fc3e8f4821daef123dc770e27730b62"
 
 
 def stub_digest() -> str:

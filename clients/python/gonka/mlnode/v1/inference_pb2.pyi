@@ -350,7 +350,7 @@ class InstanceStatus(_message.Message):
     def __init__(self, index: _Optional[int] = ..., state: _Optional[_Union[InstanceStatus.State, str]] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., routed_requests: _Optional[int] = ..., engine_problem: _Optional[str] = ..., device_slice: _Optional[str] = ...) -> None: ...
 
 class EngineProcess(_message.Message):
-    __slots__ = ("role", "pid", "vllm_version", "seams", "model_runner", "instance")
+    __slots__ = ("role", "pid", "vllm_version", "seams", "model_runner", "instance", "environment")
     class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ROLE_UNSPECIFIED: _ClassVar[EngineProcess.Role]
@@ -359,19 +359,28 @@ class EngineProcess(_message.Message):
     ROLE_UNSPECIFIED: EngineProcess.Role
     ROLE_ENGINE_CORE: EngineProcess.Role
     ROLE_WORKER: EngineProcess.Role
+    class EnvironmentEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ROLE_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     VLLM_VERSION_FIELD_NUMBER: _ClassVar[int]
     SEAMS_FIELD_NUMBER: _ClassVar[int]
     MODEL_RUNNER_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
     role: EngineProcess.Role
     pid: int
     vllm_version: str
     seams: _containers.RepeatedScalarFieldContainer[str]
     model_runner: str
     instance: int
-    def __init__(self, role: _Optional[_Union[EngineProcess.Role, str]] = ..., pid: _Optional[int] = ..., vllm_version: _Optional[str] = ..., seams: _Optional[_Iterable[str]] = ..., model_runner: _Optional[str] = ..., instance: _Optional[int] = ...) -> None: ...
+    environment: _containers.ScalarMap[str, str]
+    def __init__(self, role: _Optional[_Union[EngineProcess.Role, str]] = ..., pid: _Optional[int] = ..., vllm_version: _Optional[str] = ..., seams: _Optional[_Iterable[str]] = ..., model_runner: _Optional[str] = ..., instance: _Optional[int] = ..., environment: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Versions(_message.Message):
     __slots__ = ("server", "vllm", "torch", "python", "grpc")
