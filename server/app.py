@@ -199,7 +199,7 @@ async def _serve_engines(
         raise StartupError(str(error)) from error
     poc = PocComponents(
         instances,
-        poc_limits(facts),
+        poc_limits(facts, len(instances)),
         admission,
         health,
         GATED_SERVICES,

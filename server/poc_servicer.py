@@ -42,7 +42,7 @@ class PocServicer:
         try:
             request = decode_request(poc_pb2.StartRoundRequest, raw)
             self._admission.require_open()
-            mining = await self._control.start(round_parameters(request, self._limits, len(self._instances)))
+            mining = await self._control.start(round_parameters(request, self._limits))
             return poc_pb2.StartRoundResponse(status=self._status(mining))
         except Exception as error:
             await abort_with(context, engine_failure(error, None, self._admission))

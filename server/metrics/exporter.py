@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector
 from server.metrics.callback_metrics import CallbackMetrics
 from server.instances import EngineInstances
 from server.metrics.endpoint import MetricsEndpoint
-from server.metrics.instance_metrics import INSTANCE_LABEL, InstanceMetrics, LabelledRegistry
+from server.metrics.instance_metrics import InstanceMetrics, InstanceRegistries
 from server.metrics.options import MetricsOptions
 from server.metrics.poc_metrics import PocMetrics
 from server.metrics.rpc_interceptor import MetricsInterceptor
@@ -53,8 +53,7 @@ class ServerMetrics:
         self.registry.register(CallbackMetrics(callbacks))
         self.registry.register(InstanceMetrics(instances))
         self.registry.register(ForwardedRegistry(REGISTRY))
-        for instance in instances:
-            self.registry.register(LabelledRegistry(instance.engine.metrics_registry(), INSTANCE_LABEL, str(instance.index)))
+        self.registry.register(InstanceRegistries([(instance.index, instance.engine.metrics_registry()) for instance in instances]))
         self._endpoint = MetricsEndpoint(self.registry, options)
 
     async def start(self, engine_logs_stats: bool) -> None:

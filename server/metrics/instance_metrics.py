@@ -3,7 +3,7 @@ metrics (vllm:*) with an `instance` label (engine_ext.engine_metrics keeps them 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -39,19 +39,23 @@ class InstanceMetrics(Collector):
         yield routed
 
 
-class LabelledRegistry(Collector):
-    """Another registry's metrics, collected through this one with one more label on every sample.
+class InstanceRegistries(Collector):
+    """The instances' own registries (their vLLM metrics), collected through this one, every sample labelled with its
+    instance. The instances hold the same names: each name becomes one family holding every instance's samples (the
+    text format allows one TYPE line per name; Prometheus refuses a second).
 
-    It describes no names (so the including registry checks none across registries): the instances'
-    registries hold the same vllm:* names, told apart by this label."""
+    It describes no names, so the including registry checks none against its own (vllm:* here only)."""
 
-    def __init__(self, registry: CollectorRegistry, label: str, value: str) -> None:
-        self._registry = registry
-        self._label = label
-        self._value = value
+    def __init__(self, registries: Sequence[tuple[int, CollectorRegistry]]) -> None:
+        self._registries = registries
 
     def collect(self) -> Iterator[Metric]:
-        for metric in self._registry.collect():
-            labelled = Metric(metric.name, metric.documentation, metric.type, metric.unit)
-            labelled.samples = [sample._replace(labels={**sample.labels, self._label: self._value}) for sample in metric.samples]
-            yield labelled
+        families: dict[str, Metric] = {}
+        for index, registry in self._registries:
+            label = str(index)
+            for metric in registry.collect():
+                family = families.get(metric.name)
+                if family is None:
+                    family = families[metric.name] = Metric(metric.name, metric.documentation, metric.type, metric.unit)
+                family.samples += [sample._replace(labels={**sample.labels, INSTANCE_LABEL: label}) for sample in metric.samples]
+        yield from families.values()

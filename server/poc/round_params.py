@@ -32,6 +32,9 @@ class PocLimits:
     max_num_seqs: int
     # A bound on B that the engine's configuration imposes, and why (engine_ext.poc.batch_caps); None: none.
     batch_cap: PocBatchCap | None = None
+    # The server's engine instances: with several, the server numbers the nonce groups itself
+    # (server.poc.round_control) and a request that sets group_id or group_count is refused.
+    instances: int = 1
 
 
 @dataclass(frozen=True)
@@ -73,10 +76,9 @@ class RoundParameters:
         )
 
 
-def round_parameters(request: poc_pb2.StartRoundRequest, limits: PocLimits, instances: int = 1) -> RoundParameters:
-    """`instances`: the server's engine instances; with several, the server numbers the nonce groups itself
-    (server.poc.round_control) and a request that sets group_id or group_count is refused."""
+def round_parameters(request: poc_pb2.StartRoundRequest, limits: PocLimits) -> RoundParameters:
     artifacts = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
+    instances = limits.instances
     if instances > 1:
         for name in ("group_id", "group_count"):
             if getattr(request, name):

@@ -77,7 +77,7 @@ class PocComponents:
         return ArtifactCallback(params.callback_url, identity, params.artifacts.k_dim, round_id, self.store, self.sender.flush)
 
 
-def poc_limits(facts: ModelFacts) -> PocLimits:
+def poc_limits(facts: ModelFacts, instances: int) -> PocLimits:
     return PocLimits(
         facts.served_model_name,
         facts.max_model_len,
@@ -85,4 +85,5 @@ def poc_limits(facts: ModelFacts) -> PocLimits:
         facts.max_num_batched_tokens,
         facts.max_num_seqs,
         facts.poc_batch_cap,
+        instances,
     )

@@ -27,7 +27,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from gonka.mlnode.client import InferenceClient, ServerError, build_request, inference_item
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
-from tests.support.server_process import SERVER_LAYER_FLAGS, ServerProcess, engine_environment, free_port, start_server
+from tests.support.server_process import (
+    SERVER_LAYER_FLAGS,
+    ServerProcess,
+    engine_environment,
+    free_port,
+    start_server,
+    startup_timeout,
+)
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
 LONG = dict(token_ids=PROMPT_IDS, max_tokens=4000, ignore_eos=True, temperature=0.0)
@@ -48,7 +55,8 @@ def instances_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) 
     env.pop(BIND, None)
     metrics_port = free_port()
     flags = ["--instances", "2", "--metrics-port", str(metrics_port), *SERVER_LAYER_FLAGS]
-    server = start_server(tmp_path_factory.mktemp("instances") / "server.log", flags, env=env)
+    # Two engines start one after the other.
+    server = start_server(tmp_path_factory.mktemp("instances") / "server.log", flags, env=env, timeout=2 * startup_timeout())
     yield server, f"http://127.0.0.1:{metrics_port}/metrics"
     exit_code = server.stop()
     assert exit_code == 0, f"server exited with {exit_code} on SIGTERM:\n{server.log_tail()}"

@@ -140,10 +140,12 @@ def start_server(
     credentials: grpc.ChannelCredentials | None = None,
     python: str = sys.executable,
     cwd: Path = REPO_ROOT,
+    timeout: float | None = None,
 ) -> ServerProcess:
     """`credentials`: how the readiness check connects to a TLS server (None: plaintext).
     `python`: the interpreter, hence the virtualenv and the vLLM release, the server runs on.
-    `cwd`: the checkout whose server runs (a benchmark's baseline checks out another commit)."""
+    `cwd`: the checkout whose server runs (a benchmark's baseline checks out another commit).
+    `timeout`: seconds it may take to serve; None, startup_timeout()."""
     port = port or free_port()
     log = open(log_path, "w")
     process = subprocess.Popen(
@@ -155,7 +157,7 @@ def start_server(
     )
     server = ServerProcess(process, port, log_path)
     try:
-        wait_until_serving(server, credentials=credentials)
+        wait_until_serving(server, timeout, credentials=credentials)
     except BaseException:
         server.stop(timeout=10)
         raise

@@ -347,12 +347,13 @@ def test_a_group_whose_engine_dies_ends_alone_and_the_round_fails_once_every_gro
 
 def test_a_request_naming_groups_is_refused_when_the_server_numbers_them() -> None:
     limits = PocLimits("m", max_model_len=64, hidden_size=16, max_num_batched_tokens=4096, max_num_seqs=64)
+    two = dataclasses.replace(limits, instances=2)
     request = poc_pb2.StartRoundRequest(block_hash="bh", public_key="pk", params=poc_pb2.PocParams(model="m", seq_len=16), group_count=2)
-    assert round_parameters(request, limits, instances=1).group_count == 2  # one instance: the request's groups, as before
+    assert round_parameters(request, limits).group_count == 2  # one instance: the request's groups, as before
     with pytest.raises(ServiceError) as refused:
-        round_parameters(request, limits, instances=2)
+        round_parameters(request, two)
     assert (refused.value.code, refused.value.field) == (grpc.StatusCode.INVALID_ARGUMENT, "group_count")
     request = poc_pb2.StartRoundRequest(block_hash="bh", public_key="pk", params=poc_pb2.PocParams(model="m", seq_len=16), group_id=1, group_count=2)
     with pytest.raises(ServiceError) as refused:
-        round_parameters(request, limits, instances=2)
+        round_parameters(request, two)
     assert refused.value.field == "group_id"
