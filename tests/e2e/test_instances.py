@@ -155,7 +155,11 @@ def test_every_instances_vllm_metrics_are_scraped_after_both_started(instances_s
     # the server kept each engine's apart.
     for index in ("0", "1"):
         assert has(before, "vllm:num_requests_running", instance=index), index
-    streams = HeldStreams(instances_server[0].target, 2)  # one on each instance (the least-loaded gets the next)
+    # With both idle, a request goes to instance 0 (ties to the lowest index): its counters move, the other's not.
+    assert two.generate(token_ids=PROMPT_IDS, max_tokens=5, ignore_eos=True).first.finish_reason == "length"
+    alone = scrape(url)
+    assert [delta(before, alone, "vllm:generation_tokens_total", instance=index) for index in ("0", "1")] == [5, 0]
+    streams = HeldStreams(instances_server[0].target, 2)  # then one on each instance
     streams.wait_streaming()
     during = scrape(url)
     for index in ("0", "1"):
@@ -165,9 +169,11 @@ def test_every_instances_vllm_metrics_are_scraped_after_both_started(instances_s
         two.abort(f"held-{index}")
     streams.join()
     after = scrape(url)
-    for index in ("0", "1"):
-        generated = value(after, "vllm:generation_tokens_total", instance=index) - value(before, "vllm:generation_tokens_total", instance=index)
-        assert generated > 0, index
+    assert delta(alone, after, "vllm:generation_tokens_total", instance="1") > 0
+
+
+def delta(before: dict, after: dict, name: str, **labels: str) -> float:
+    return value(after, name, **labels) - value(before, name, **labels)
 
 
 def test_inference_goes_to_the_least_loaded_instance_and_abort_finds_it_there(target: str, two: InferenceClient) -> None:
