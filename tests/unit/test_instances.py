@@ -120,3 +120,27 @@ def test_the_stuck_state_follows_the_engines_calls() -> None:
         return seen
 
     assert asyncio.run(scenario()) == [InstanceState.SERVING, InstanceState.STUCK, InstanceState.SERVING]
+
+
+class PausableEngine(StandInEngine):
+    def __init__(self, in_flight: int) -> None:
+        super().__init__()
+        self.in_flight = in_flight
+        self.paused = False
+
+    async def pause(self) -> int:
+        self.paused = True
+        return self.in_flight
+
+    def resume(self) -> None:
+        self.paused = False
+
+
+def test_a_drain_or_a_rounds_start_pauses_every_living_instance_and_counts_their_streams() -> None:
+    engines = [PausableEngine(2), PausableEngine(3), PausableEngine(4)]
+    engines[2].errored = True  # a dead engine has nothing to abort
+    instances = EngineInstances([EngineInstance(index, engine, runner=None, alone=False) for index, engine in enumerate(engines)])
+    assert asyncio.run(instances.pause()) == 5
+    assert [engine.paused for engine in engines] == [True, True, False]
+    instances.resume()
+    assert not any(engine.paused for engine in engines)
