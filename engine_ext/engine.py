@@ -23,7 +23,6 @@ from vllm.platforms import current_platform
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
-from vllm.v1.metrics.prometheus import get_prometheus_registry
 
 from engine_ext.both_logprobs_modes import both_modes_width, split_both_modes
 from engine_ext.consensus.logprobs_mode import DEFAULT_MODE, LogprobsMode
@@ -74,10 +73,13 @@ class MlnodeEngine:
         default_logprobs_mode: LogprobsMode = DEFAULT_MODE,
         request_metrics: bool = False,
         poc_compiled: bool = True,
+        metrics_registry: CollectorRegistry | None = None,
     ) -> None:
         """`request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.token_streams).
-        `poc_compiled`: PoC batches run the compiled forward, else the eager one (engine_ext.poc.worker_forward)."""
+        `poc_compiled`: PoC batches run the compiled forward, else the eager one (engine_ext.poc.worker_forward).
+        `metrics_registry`: this engine's vLLM metrics (engine_ext.engine_metrics.claim_engine_metrics)."""
         self._llm = llm
+        self._metrics_registry = metrics_registry or CollectorRegistry()
         self.poc_compiled = poc_compiled
         self.calls = calls
         # For requests that state no logprobs mode (the network's default: processed).
@@ -270,11 +272,9 @@ class MlnodeEngine:
         await self._llm.do_log_stats()
 
     def metrics_registry(self) -> CollectorRegistry:
-        """The registry holding vLLM's engine metrics (vllm:*), read as vLLM's OpenAI server reads it
-        for /metrics. vLLM's PrometheusStatLogger creates them in prometheus_client's global registry
-        (it takes no registry), or in per-process files when PROMETHEUS_MULTIPROC_DIR is set; this
-        is the registry that collects them either way. Empty of vllm:* with --disable-log-stats."""
-        return get_prometheus_registry()
+        """The registry holding this engine's vLLM metrics (vllm:*), apart from any other engine's
+        (engine_ext.engine_metrics). Empty with --disable-log-stats."""
+        return self._metrics_registry
 
     @property
     def errored(self) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import os
 
 import vllm
@@ -12,7 +13,9 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from engine_ext.consensus.logprobs_mode import DEFAULT_MODE, LogprobsMode
 from engine_ext.engine import MlnodeEngine
 from engine_ext.engine_args import STRUCTURED_OUTPUT_BACKEND, USAGE_CONTEXT, EngineSettings
+from engine_ext.device_slices import DeviceSlice, overlaid_environment
 from engine_ext.engine_calls import EngineCalls
+from engine_ext.engine_metrics import claim_engine_metrics
 from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY
 from engine_ext.vllm_version import require_supported_vllm
 from engine_ext.worker_extension import WORKER_EXTENSION_CLASS
@@ -86,21 +89,26 @@ def create_engine(
     default_logprobs_mode: LogprobsMode = DEFAULT_MODE,
     request_metrics: bool = False,
     poc_compiled: bool = True,
+    device_slice: DeviceSlice = DeviceSlice(0),
 ) -> MlnodeEngine:
-    """Starts the engine processes (call before creating the gRPC server: vLLM forks).
+    """Starts the engine processes (call before creating the gRPC server: vLLM forks), and returns once the
+    engine is up (vLLM's start blocks: engines are started one after the other).
     `request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.token_streams);
-    `poc_compiled`: the compiled PoC forward, else the eager one."""
+    `poc_compiled`: the compiled PoC forward, else the eager one; `device_slice`: the instance's devices
+    (engine_ext.device_slices), set on top of the server's environment while its processes are spawned."""
     require_supported_vllm(vllm.__version__)
     require_v1_model_runner_asked()
     require_no_kv_connector(settings.vllm_args)
     require_xgrammar_backend(settings.vllm_args)
     require_processed_default_under_speculation(settings.vllm_args, default_logprobs_mode)
-    engine_args = with_worker_extension(settings.vllm_args)
+    # A copy per instance: vLLM's configuration is built from the arguments it is given.
+    engine_args = with_worker_extension(copy.deepcopy(settings.vllm_args))
     # Each request's own mode is set per batch by a sampler seam; the engine-wide one only decides
     # which top-k/top-p kernel vLLM binds, and processed keeps it off FlashInfer's, which has no
     # processed logprobs.
     engine_args.logprobs_mode = "processed_logprobs"
     # Read by vLLM while it configures the engine, and inherited by the engine processes it starts.
     os.environ.update(settings.environment)
-    llm = AsyncLLM.from_engine_args(engine_args, usage_context=USAGE_CONTEXT)
-    return MlnodeEngine(llm, calls, default_logprobs_mode, request_metrics, poc_compiled)
+    with overlaid_environment(device_slice.environment):
+        llm = AsyncLLM.from_engine_args(engine_args, usage_context=USAGE_CONTEXT)
+    return MlnodeEngine(llm, calls, default_logprobs_mode, request_metrics, poc_compiled, claim_engine_metrics())

@@ -6,12 +6,25 @@ import os
 from typing import Any
 
 
+# What decides where a process runs and how its ranks talk, as the process itself sees it: its instance's device
+# slice (engine_ext.device_slices) and the host's NVLink-multicast settings, which every engine must get
+# (mlnode-http-api.md section 7). /proc/<pid>/environ cannot tell: vLLM's process titles overwrite it.
+REPORTED_VARIABLES = (
+    "CUDA_VISIBLE_DEVICES",
+    "VLLM_CPU_OMP_THREADS_BIND",
+    "NCCL_NVLS_ENABLE",
+    "NCCL_CUMEM_ENABLE",
+    "VLLM_ALLREDUCE_USE_SYMM_MEM",
+)
+
+
 def describe_this_process() -> dict[str, Any]:
     import vllm
 
     from engine_ext.seams import installed_seams
 
-    return {"pid": os.getpid(), "vllm_version": vllm.__version__, "seams": installed_seams()}
+    environment = {name: os.environ[name] for name in REPORTED_VARIABLES if name in os.environ}
+    return {"pid": os.getpid(), "vllm_version": vllm.__version__, "seams": installed_seams(), "environment": environment}
 
 
 def describe_model_runner(runner: Any) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The server process: engine first (vLLM forks), then the gRPC server, then serve until told to stop."""
+"""The server process: engines first (vLLM forks; one per instance, one after the other), then the gRPC
+server, then serve until told to stop."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from engine_ext.consensus.logprobs_mode import LogprobsMode
+from engine_ext.device_slices import DeviceSlice, InstancesUnsupported, plan_instances
 from engine_ext.engine import ExtensionMissing, MlnodeEngine
+from engine_ext.engine_args import EngineSettings
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.engine_factory import EngineConfigurationError, create_engine
 from engine_ext.plugin import plugin_not_loadable
@@ -23,11 +26,13 @@ from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.admission import Admission
 from server.auth import AuthInterceptor, Authorizer
 from server.credentials import ServerCredentials, TlsMaterial
-from server.engine_watch import watch_engine
+from server.engine_watch import watch_instances
 from server.health import HealthService
 from server.inference_servicer import InferenceServicer
+from server.instances import EngineInstance, EngineInstances, instance_health_name
 from server.metrics.exporter import ServerMetrics
 from server.options import ServerOptions
+from server.poc.batch_runner import PocBatchRunner
 from server.poc.callback_store import CallbackStore, StoreUnreadable
 from server.poc.gate_interceptor import GateInterceptor
 from server.poc.store_lock import StoreLock
@@ -97,51 +102,86 @@ class StartupError(RuntimeError):
     pass
 
 
-async def serve(options: ServerOptions, credentials: ServerCredentials, engine_args: Any, store_lock: StoreLock) -> int:
+async def serve(options: ServerOptions, credentials: ServerCredentials, engine_args: EngineSettings, store_lock: StoreLock) -> int:
     """`store_lock`: the callback store's, claimed by the caller; the store is opened (and closed) here."""
-    # Installed before the engine's blocking start: a signal that arrives meanwhile is only noted
+    # Installed before the engines' blocking starts: a signal that arrives meanwhile is only noted
     # (a Python-level handler raising inside vLLM's startup poll would be swallowed) and acted on
-    # once the engine is up, so its processes are always shut down, never orphaned.
+    # once the engines are up, so their processes are always shut down, never orphaned.
     trigger = ShutdownTrigger()
     trigger.install_signal_handlers()
-    calls = EngineCalls(options.engine_call_timeout_seconds, options.engine_stuck_seconds)
     not_loadable = plugin_not_loadable()
     if not_loadable:
         raise StartupError(not_loadable)
+    slices = _device_slices(options, engine_args)
+    engines: list[MlnodeEngine] = []
     try:
-        # With metrics, token streams feed vLLM's per-request metrics too (about 2 µs a token).
-        request_metrics = options.metrics is not None
-        engine = create_engine(
-            engine_args, calls, LOGPROBS_MODES[options.default_logprobs_mode], request_metrics, options.poc.compiled_forward
+        try:
+            for device_slice in slices:
+                if len(slices) > 1:
+                    log.info("starting engine instance %d of %d on %s", device_slice.index, len(slices), device_slice.describe())
+                engines.append(_start_engine(options, engine_args, device_slice))
+        except (EngineConfigurationError, UnsupportedVllmVersion) as error:
+            raise StartupError(str(error)) from error
+        instances = EngineInstances(
+            [
+                EngineInstance(device_slice.index, engine, PocBatchRunner(engine, options.poc.block_wait_seconds), device_slice.describe(), len(slices) == 1)
+                for device_slice, engine in zip(slices, engines)
+            ],
+            options.min_instances,
         )
-    except (EngineConfigurationError, UnsupportedVllmVersion) as error:
-        raise StartupError(str(error)) from error
-    try:
-        return await _serve_engine(engine, options, credentials, trigger, store_lock)
+        return await _serve_engines(instances, options, credentials, trigger, store_lock)
     finally:
-        engine.shutdown()
+        for engine in engines:
+            engine.shutdown()
 
 
-async def _compile_poc_forward(engine: MlnodeEngine) -> None:
-    if not engine.poc_compiled:
+def _device_slices(options: ServerOptions, engine_args: EngineSettings) -> list[DeviceSlice]:
+    vllm_args = engine_args.vllm_args
+    try:
+        slices = plan_instances(
+            options.instances, vllm_args.tensor_parallel_size * vllm_args.pipeline_parallel_size, vllm_args.data_parallel_size
+        )
+    except InstancesUnsupported as error:
+        raise StartupError(str(error)) from error
+    if options.min_instances > len(slices):
+        raise StartupError(f"--min-instances {options.min_instances} is more than the {len(slices)} instance(s) this server runs")
+    return slices
+
+
+def _start_engine(options: ServerOptions, engine_args: EngineSettings, device_slice: DeviceSlice) -> MlnodeEngine:
+    # Each engine's own calls: one stuck engine makes its instance alone NOT_SERVING.
+    calls = EngineCalls(options.engine_call_timeout_seconds, options.engine_stuck_seconds)
+    # With metrics, token streams feed vLLM's per-request metrics too (about 2 µs a token).
+    request_metrics = options.metrics is not None
+    return create_engine(
+        engine_args, calls, LOGPROBS_MODES[options.default_logprobs_mode], request_metrics, options.poc.compiled_forward, device_slice
+    )
+
+
+async def _compile_poc_forward(instances: EngineInstances) -> None:
+    """The first instance compiles alone (inductor's on-disk cache then holds the graph), the others side by side."""
+    if not instances.first.engine.poc_compiled:
         return
     log.info("compiling the PoC forward (torch.compile; --poc-forward eager skips it)")
     started = time.monotonic()
     try:
-        await engine.compile_poc_forward()
+        await instances.first.engine.compile_poc_forward()
+        await asyncio.gather(*(instance.engine.compile_poc_forward() for instance in list(instances)[1:]))
     except Exception as error:  # torch.compile's failures have no common base class
         raise StartupError(f"the PoC forward did not compile ({error}); --poc-forward eager runs it uncompiled") from error
     log.info("PoC forward compiled in %.1f s", time.monotonic() - started)
 
 
-async def _serve_engine(
-    engine: MlnodeEngine, options: ServerOptions, credentials: ServerCredentials, trigger: ShutdownTrigger, store_lock: StoreLock
+async def _serve_engines(
+    instances: EngineInstances, options: ServerOptions, credentials: ServerCredentials, trigger: ShutdownTrigger, store_lock: StoreLock
 ) -> int:
     try:
-        await engine.require_extension()
+        await asyncio.gather(*(instance.engine.require_extension() for instance in instances))
     except ExtensionMissing as error:
         raise StartupError(str(error)) from error
-    await _compile_poc_forward(engine)
+    await _compile_poc_forward(instances)
+    # Every instance serves the same model with the same flags.
+    engine = instances.first.engine
     facts = engine.model_facts()
     tokenizer = engine.tokenizer()
     limits = PromptLimits(
@@ -158,8 +198,8 @@ async def _serve_engine(
     except StoreUnreadable as error:
         raise StartupError(str(error)) from error
     poc = PocComponents(
-        engine,
-        poc_limits(facts),
+        instances,
+        poc_limits(facts, len(instances)),
         admission,
         health,
         GATED_SERVICES,
@@ -169,9 +209,9 @@ async def _serve_engine(
     )
     translator = RequestTranslator(facts, PromptReader(facts, limits, tokenizers))
     versions = pb.Versions(**component_versions(), grpc=grpc.__version__)
-    servicer = InferenceServicer(engine, facts, limits, options.max_request_bytes, translator, registry, admission, versions, authorizer)
+    servicer = InferenceServicer(instances, facts, limits, options.max_request_bytes, translator, registry, admission, versions, authorizer)
 
-    metrics = None if options.metrics is None else ServerMetrics(options.metrics, engine.metrics_registry(), poc.control, poc.sender)
+    metrics = None if options.metrics is None else ServerMetrics(options.metrics, instances, poc.control, poc.sender)
     # Authorization first: a refused caller reaches no other interceptor and learns nothing else.
     # Metrics before it: they only watch, and count refused calls with their code and reason too.
     interceptors = (
@@ -181,7 +221,7 @@ async def _serve_engine(
     )
     server = grpc.aio.server(interceptors=interceptors, options=grpc_server_options(options))
     add_raw_request_service(server, INFERENCE_SERVICE, servicer)
-    validation = ValidationServicer(engine, facts, translator, admission, registry, poc.runner, poc.limits, poc.deliver_validated)
+    validation = ValidationServicer(instances, facts, translator, admission, registry, poc.limits, poc.deliver_validated)
     add_raw_request_service(server, VALIDATION_SERVICE, validation)
     add_raw_request_service(server, POC_SERVICE, poc.servicer)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
@@ -199,14 +239,14 @@ async def _serve_engine(
     freeze_startup_heap()
     cache_vllm_environment()
     await server.start()
-    for service in HEALTH_CHECKED_SERVICES:
+    for service in (*HEALTH_CHECKED_SERVICES, *(instance_health_name(instance.index) for instance in instances)):
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)
-    log.info("serving %s on %s (%s)", facts.served_model_name, options.address, credentials.summary())
+    log.info("serving %s on %s (%s; %d engine instance(s))", facts.served_model_name, options.address, credentials.summary(), len(instances))
 
     poc.sender.start()
-    background = [asyncio.create_task(watch_engine(engine, trigger, health, HEALTH_CHECKED_SERVICES, admission, GATED_SERVICES))]
+    background = [asyncio.create_task(watch_instances(instances, trigger, health, HEALTH_CHECKED_SERVICES, admission, GATED_SERVICES))]
     if engine.logs_stats:
-        background.append(asyncio.create_task(_log_engine_stats(engine)))
+        background += [asyncio.create_task(_log_engine_stats(instance.engine)) for instance in instances]
     await trigger.wait()
     for task in background:
         task.cancel()
@@ -216,7 +256,7 @@ async def _serve_engine(
     # A running round stops (its forward in flight returns; subscribers get their final message) and
     # callbacks get a bounded flush; what the receivers did not take stays in the callback store.
     await poc.shutdown()
-    await _drain(engine, registry, trigger, options.shutdown_grace_seconds)
+    await _drain(instances, registry, trigger, options.shutdown_grace_seconds)
     await server.stop(grace=ABORT_FLUSH_SECONDS)
     poc.close()
     if metrics is not None:
@@ -233,10 +273,10 @@ def _listen(server: grpc.aio.Server, address: str, tls: TlsMaterial | None) -> N
         server.add_secure_port(address, tls.server_credentials())
 
 
-async def _drain(engine: MlnodeEngine, registry: RequestRegistry, trigger: ShutdownTrigger, grace: float) -> None:
-    """In-flight streams run until done or the grace ends; then the engine is paused, which aborts
-    every request in flight on both output paths (their clients receive a final FINISH_REASON_ABORT
-    message rather than a cut connection) and refuses those still being tokenized."""
+async def _drain(instances: EngineInstances, registry: RequestRegistry, trigger: ShutdownTrigger, grace: float) -> None:
+    """In-flight streams run until done or the grace ends; then every living instance's engine is paused,
+    which aborts every request in flight on both output paths (their clients receive a final
+    FINISH_REASON_ABORT message rather than a cut connection) and refuses those still being tokenized."""
     drained = asyncio.create_task(registry.wait_until_empty(grace))
     forced = asyncio.create_task(trigger.wait_forced())
     await asyncio.wait((drained, forced), return_when=asyncio.FIRST_COMPLETED)
@@ -244,8 +284,8 @@ async def _drain(engine: MlnodeEngine, registry: RequestRegistry, trigger: Shutd
     if drained.done() and drained.result():
         return
     drained.cancel()
-    if not engine.errored:
-        aborted = await engine.pause()
+    if instances.living():
+        aborted = await instances.pause()
         log.info("aborted %d in-flight request(s)", aborted)
         await registry.wait_until_empty(ABORT_FLUSH_SECONDS)
 

@@ -10,19 +10,22 @@ import grpc
 from engine_ext.errors import EngineCallTimeout, EngineDead, EnginePaused, RequestFailed, RequestRejected
 from server.admission import Admission
 from server.errors import Reason, ServiceError, invalid_field
+from server.instances import ENGINE_DIED, EngineInstance
 from server.translation import GenerationPlan
 
 log = logging.getLogger(__name__)
 PAUSED_RETRY_AFTER_SECONDS = 1.0
 
 
-def engine_failure(error: Exception, plan: GenerationPlan | None, admission: Admission) -> ServiceError:
+def engine_failure(error: Exception, plan: GenerationPlan | None, admission: Admission, instance: EngineInstance | None = None) -> ServiceError:
+    """`instance`: the engine instance the failed work ran on, where one did."""
     if isinstance(error, ServiceError):
         return error
     if isinstance(error, RequestRejected):
         return _rejection(error, plan)
     if isinstance(error, EngineDead):
-        return ServiceError(grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_DEAD, "the engine has died; the server is going down")
+        message = ENGINE_DIED if instance is None else instance.died_message()
+        return ServiceError(grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_DEAD, message)
     if isinstance(error, EnginePaused):
         if not admission.is_open:
             return admission.refusal()

@@ -1,5 +1,11 @@
-"""Watches the engine for the two ways it can stop serving: death (the process goes down) and a
-stuck call (health turns NOT_SERVING until the engine answers again)."""
+"""Watches every engine instance for the two ways it can stop serving: death (its processes go down) and a
+stuck call (NOT_SERVING until the engine answers again).
+
+Each instance reports under its own health name (server.instances.instance_health_name); the services and
+the server as a whole ("") stay SERVING while any instance serves. A dead instance stays dead (its
+streams ended with UNAVAILABLE ENGINE_DEAD, new work goes to the others); once fewer instances than
+--min-instances live, the server goes down with exit code 1 (with one instance: when its engine dies).
+"""
 
 from __future__ import annotations
 
@@ -9,17 +15,19 @@ from collections.abc import Sequence
 
 from grpc_health.v1 import health_pb2
 
-from engine_ext.engine import MlnodeEngine
 from server.admission import Admission
 from server.health import HealthService
+from server.instances import EngineInstances, InstanceState, instance_health_name
 from server.shutdown import ShutdownTrigger
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_SECONDS = 0.5
+SERVING = health_pb2.HealthCheckResponse.SERVING
+NOT_SERVING = health_pb2.HealthCheckResponse.NOT_SERVING
 
 
-async def watch_engine(
-    engine: MlnodeEngine,
+async def watch_instances(
+    instances: EngineInstances,
     trigger: ShutdownTrigger,
     health: HealthService,
     services: Sequence[str],
@@ -27,21 +35,40 @@ async def watch_engine(
     gated_services: Sequence[str] = (),
 ) -> None:
     """`gated_services` stay NOT_SERVING while the priority gate is closed (a mining round runs),
-    whatever the engine does."""
-    stuck = False
-    while not engine.errored:
+    whatever the engines do."""
+    states = {instance.index: InstanceState.SERVING for instance in instances}
+    any_serving = True
+    while True:
         await asyncio.sleep(WATCH_INTERVAL_SECONDS)
-        problem = engine.calls.problem()
-        if (problem is not None) == stuck or not admission.is_open:
+        for instance in instances:
+            state = instance.state
+            if state is states[instance.index]:
+                continue
+            _log_change(instance.name, states[instance.index], state, instance.engine.calls.problem(), instance.alone)
+            states[instance.index] = state
+            if admission.is_open:
+                await health.set(instance_health_name(instance.index), SERVING if state is InstanceState.SERVING else NOT_SERVING)
+        shortfall = instances.below_minimum()
+        if shortfall is not None:
+            log.error("%s; going down", shortfall)
+            trigger.request(shortfall, exit_code=1)
+            return
+        serving = any(state is InstanceState.SERVING for state in states.values())
+        if serving == any_serving or not admission.is_open:
             continue
-        stuck = problem is not None
-        if stuck:
-            log.error("%s; health reports NOT_SERVING until it answers", problem)
-        else:
-            log.warning("the engine answers again; health reports SERVING")
-        status = health_pb2.HealthCheckResponse.NOT_SERVING if stuck else health_pb2.HealthCheckResponse.SERVING
+        any_serving = serving
+        if serving:
+            log.warning("an instance serves again; health reports SERVING")
         for service in services:
             held = admission.gate.closed and service in gated_services
-            await health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING if held else status)
-    log.error("the engine died; going down")
-    trigger.request("engine died", exit_code=1)
+            await health.set(service, NOT_SERVING if held or not serving else SERVING)
+
+
+def _log_change(name: str, before: InstanceState, after: InstanceState, problem: str | None, alone: bool) -> None:
+    if after is InstanceState.DEAD:
+        if not alone:
+            log.error("%s: the engine died; the other instances serve on", name)
+    elif after is InstanceState.STUCK:
+        log.error("%s: %s; it reports NOT_SERVING until it answers", name, problem)
+    elif before is InstanceState.STUCK:
+        log.warning("%s: the engine answers again; it reports SERVING", name)

@@ -15,13 +15,13 @@ import grpc
 
 from engine_ext.chain_lists import chain_top_lists
 from engine_ext.consensus.inference_distance import Position
-from engine_ext.engine import MlnodeEngine
 from engine_ext.errors import EngineError, RequestFailed
 from engine_ext.generation_request import GenerationRequest
 from engine_ext.outputs import Finish, FinishReason
 from server.admission import Admission
 from server.engine_failures import engine_failure
 from server.errors import Reason, ServiceError
+from server.instances import EngineInstance
 from server.translation import GenerationPlan
 
 RECORD_FIELD = "positions.token_ids"
@@ -37,15 +37,15 @@ class Replay:
     finish: Finish | None
 
 
-async def run_replay(engine: MlnodeEngine, plan: GenerationPlan, admission: Admission) -> Replay:
-    """Runs the (single-output) generation of `plan` and collects its chain lists, k = top_logprobs."""
+async def run_replay(instance: EngineInstance, plan: GenerationPlan, admission: Admission) -> Replay:
+    """Runs the (single-output) generation of `plan` on `instance` and collects its chain lists, k = top_logprobs."""
     request = plan.request
     k = request.top_logprobs
     positions: list[Position] = []
     raw_positions: list[Position] | None = [] if request.both_logprobs_modes else None
     finish: Finish | None = None
     try:
-        async with aclosing(await engine.generate(request)) as steps:
+        async with aclosing(await instance.engine.generate(request)) as steps:
             async for step in steps:
                 for delta in step.outputs:
                     if delta.logprobs is not None and k:
@@ -59,7 +59,7 @@ async def run_replay(engine: MlnodeEngine, plan: GenerationPlan, admission: Admi
     except RequestFailed as error:
         raise replay_incomplete(f"the engine failed the replay: {error}") from error
     except EngineError as error:
-        raise engine_failure(error, plan, admission) from error
+        raise engine_failure(error, plan, admission, instance) from error
     return Replay(positions, raw_positions, finish)
 
 

@@ -11,11 +11,12 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 
-from engine_ext.engine import MlnodeEngine
+from engine_ext.errors import EngineDead
 from engine_ext.model_facts import ModelFacts
 from engine_ext.outputs import FinishReason, GenerationStep
 from gonka.mlnode import contract
@@ -24,6 +25,7 @@ from server.admission import Admission
 from server.auth import Authorizer
 from server.engine_failures import engine_failure
 from server.errors import Reason, ServiceError, abort_with, echoed
+from server.instances import EngineInstance, EngineInstances, InstanceState
 from server.request_registry import RequestRegistry
 from server.response_encoding import ResponseEncoder
 from server.service_registration import decode_request
@@ -35,7 +37,7 @@ from server.translation.prompt import PromptLimits
 class InferenceServicer:
     def __init__(
         self,
-        engine: MlnodeEngine,
+        instances: EngineInstances,
         facts: ModelFacts,
         limits: PromptLimits,
         max_request_bytes: int,
@@ -45,7 +47,7 @@ class InferenceServicer:
         versions: pb.Versions,
         authorizer: Authorizer,
     ) -> None:
-        self._engine = engine
+        self._instances = instances
         self._facts = facts
         self._limits = limits
         self._max_request_bytes = max_request_bytes
@@ -62,33 +64,36 @@ class InferenceServicer:
         # it propagates into the engine's generator, which aborts the engine request.
         failure: ServiceError | None = None
         plan: GenerationPlan | None = None
+        instance: EngineInstance | None = None
         try:
             request = decode_request(pb.GenerateRequest, raw)
             gate_closings = self._admission.gate.closings
             request_id = request.request_id or uuid.uuid4().hex
             with self._admission.stream(), self._registry.track(request_id) as entry:
                 plan = await self._translator.plan(request, request_id)
-                encoder = ResponseEncoder(request_id, plan, self._engine.default_logprobs_mode)
-                # aclosing: however this loop is left, the engine request is aborted at once, not
-                # whenever the abandoned generator is collected.
-                async with aclosing(await self._engine.generate(plan.request)) as steps:
-                    async for step in steps:
-                        for message in encoder.encode(step):
-                            yield message
-                        if step.finished:
-                            if _aborted(step) and not entry.abort_requested and self._admission.gate.closings != gate_closings:
-                                # A mining round started while it ran, and aborted it.
-                                failure = self._admission.gate.preemption()
-                            break
-                        if entry.abort_requested:
-                            await self._engine.abort([request_id])
-                        elif plan.coalesce_seconds:
-                            # Outputs arriving meanwhile are merged into the next one, on both paths.
-                            await asyncio.sleep(plan.coalesce_seconds)
+                with self._instances.pick() as instance:
+                    engine = entry.engine = instance.engine
+                    encoder = ResponseEncoder(request_id, plan, engine.default_logprobs_mode)
+                    # aclosing: however this loop is left, the engine request is aborted at once, not
+                    # whenever the abandoned generator is collected.
+                    async with aclosing(await engine.generate(plan.request)) as steps:
+                        async for step in steps:
+                            for message in encoder.encode(step):
+                                yield message
+                            if step.finished:
+                                if _aborted(step) and not entry.abort_requested and self._admission.gate.closings != gate_closings:
+                                    # A mining round started while it ran, and aborted it.
+                                    failure = self._admission.gate.preemption()
+                                break
+                            if entry.abort_requested:
+                                await engine.abort([request_id])
+                            elif plan.coalesce_seconds:
+                                # Outputs arriving meanwhile are merged into the next one, on both paths.
+                                await asyncio.sleep(plan.coalesce_seconds)
         except ServiceError as error:
             failure = error
         except Exception as error:  # never leave a stream without a status
-            failure = engine_failure(error, plan, self._admission)
+            failure = engine_failure(error, plan, self._admission, instance)
         if failure is not None:
             await abort_with(context, failure)
 
@@ -106,7 +111,9 @@ class InferenceServicer:
                 ),
             )
         entry.abort_requested = True
-        await self._engine.abort([request.request_id])
+        # Not sent to an engine yet (still being tokenized): the stream aborts it once it is.
+        if entry.engine is not None:
+            await entry.engine.abort([request.request_id])
         return pb.AbortResponse()
 
     async def GetModelInfo(self, raw: bytes, context: grpc.aio.ServicerContext) -> pb.GetModelInfoResponse:
@@ -144,22 +151,31 @@ class InferenceServicer:
             inference_gate_closed=self._admission.gate.closed,
             poc_round_id=self._admission.gate.round_id or "",
         )
-        problem = self._engine.calls.problem()
-        if problem is not None:
-            # The engine is stuck: say so now instead of queueing one more call behind the stuck one.
-            response.engine_problem = problem
-            return response
-        try:
-            state = await self._engine.scheduler_state()
-            response.running_requests = state.running
-            response.waiting_requests = state.waiting
-            response.kv_cache_usage = state.kv_cache_usage
-            if request.include_engine_processes:
-                response.engine_processes.append(_engine_process(pb.EngineProcess.ROLE_ENGINE_CORE, await self._engine.engine_core_report()))
-                for report in await self._engine.worker_reports():
-                    response.engine_processes.append(_engine_process(pb.EngineProcess.ROLE_WORKER, report))
-        except Exception as error:
-            await abort_with(context, engine_failure(error, None, self._admission))
+        # Every instance at once: one stuck or slow engine delays the answer by its own call only.
+        reports = await asyncio.gather(
+            *(_instance_report(instance, request.include_engine_processes) for instance in self._instances), return_exceptions=True
+        )
+        if len(reports) == 1 and isinstance(reports[0], Exception):
+            # One engine: its failure is the answer's (an instance of several is reported in its entry instead).
+            await abort_with(context, engine_failure(reports[0], None, self._admission, self._instances.first))
+        answered = []
+        for instance, report in zip(self._instances, reports):
+            if isinstance(report, BaseException):
+                report = InstanceReport(_instance_entry(instance, problem=str(report) or repr(report)))
+            response.instances.append(report.entry)
+            response.engine_processes.extend(report.processes)
+            if report.entry.HasField("running_requests"):
+                answered.append(report.entry)
+        if answered:
+            response.running_requests = sum(entry.running_requests for entry in answered)
+            response.waiting_requests = sum(entry.waiting_requests for entry in answered)
+            response.kv_cache_usage = sum(entry.kv_cache_usage for entry in answered) / len(answered)
+        else:
+            # No engine answers: why (with one instance, exactly as before there were instances).
+            problems = [entry.engine_problem for entry in response.instances if entry.engine_problem]
+            response.engine_problem = problems[0] if len(self._instances) == 1 and problems else "; ".join(
+                f"instance {entry.index}: {entry.engine_problem}" for entry in response.instances if entry.engine_problem
+            )
         return response
 
     async def _decoded(self, message_class: Any, raw: bytes, context: grpc.aio.ServicerContext) -> Any:
@@ -172,7 +188,54 @@ def _aborted(step: GenerationStep) -> bool:
     return any(delta.finish is not None and delta.finish.reason is FinishReason.ABORT for delta in step.outputs)
 
 
-def _engine_process(role: int, report: dict) -> pb.EngineProcess:
+@dataclass
+class InstanceReport:
+    entry: pb.InstanceStatus
+    processes: list[pb.EngineProcess] = field(default_factory=list)
+
+
+INSTANCE_STATES = {
+    InstanceState.SERVING: pb.InstanceStatus.STATE_SERVING,
+    InstanceState.STUCK: pb.InstanceStatus.STATE_STUCK,
+    InstanceState.DEAD: pb.InstanceStatus.STATE_DEAD,
+}
+
+
+def _instance_entry(instance: EngineInstance, problem: str = "") -> pb.InstanceStatus:
+    state = instance.state
+    if state is InstanceState.DEAD:
+        problem = "the engine has died"
+    return pb.InstanceStatus(
+        index=instance.index,
+        state=INSTANCE_STATES[state],
+        routed_requests=instance.requests,
+        engine_problem=problem or instance.engine.calls.problem() or "",
+        device_slice=instance.device_slice,
+    )
+
+
+async def _instance_report(instance: EngineInstance, include_processes: bool) -> InstanceReport:
+    """The instance's scheduler counts (and processes); none when its engine is stuck (not one more call queued
+    behind the stuck one) or dead. Raises what a call into the engine raised."""
+    entry = _instance_entry(instance)
+    report = InstanceReport(entry)
+    if instance.state is InstanceState.DEAD:
+        raise EngineDead("the engine has died")
+    if instance.state is InstanceState.STUCK:
+        return report
+    engine = instance.engine
+    state = await engine.scheduler_state()
+    entry.running_requests = state.running
+    entry.waiting_requests = state.waiting
+    entry.kv_cache_usage = state.kv_cache_usage
+    if include_processes:
+        report.processes.append(_engine_process(instance.index, pb.EngineProcess.ROLE_ENGINE_CORE, await engine.engine_core_report()))
+        for worker in await engine.worker_reports():
+            report.processes.append(_engine_process(instance.index, pb.EngineProcess.ROLE_WORKER, worker))
+    return report
+
+
+def _engine_process(instance: int, role: int, report: dict) -> pb.EngineProcess:
     return pb.EngineProcess(
         role=role,
         pid=report["pid"],
@@ -180,4 +243,6 @@ def _engine_process(role: int, report: dict) -> pb.EngineProcess:
         seams=report["seams"],
         model_runner=report.get("model_runner", ""),
         mixed_logprobs_steps=report.get("mixed_logprobs_steps", 0),
+        instance=instance,
+        environment=report.get("environment", {}),
     )

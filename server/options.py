@@ -34,6 +34,8 @@ DEFAULT_KEEPALIVE_TIME_SECONDS = 30.0
 DEFAULT_KEEPALIVE_TIMEOUT_SECONDS = 10.0
 # Clients may ping at most this often while the server sends nothing; more often earns a GOAWAY.
 DEFAULT_KEEPALIVE_MIN_PING_INTERVAL_SECONDS = 10.0
+# --instances: as many as the host's accelerators hold (1 on a CPU).
+AUTO_INSTANCES = "auto"
 # The environment variable that may hold the control RPCs' bearer token (server and clients alike).
 AUTH_TOKEN_ENV = "MLNODE_AUTH_TOKEN"
 
@@ -67,6 +69,10 @@ class ServerOptions:
     keepalive_time_seconds: float = DEFAULT_KEEPALIVE_TIME_SECONDS
     keepalive_timeout_seconds: float = DEFAULT_KEEPALIVE_TIMEOUT_SECONDS
     keepalive_min_ping_interval_seconds: float = DEFAULT_KEEPALIVE_MIN_PING_INTERVAL_SECONDS
+    # Engine instances (nonce groups) under this server; None: as many as the visible accelerators hold.
+    instances: int | None = 1
+    # The server exits with code 1 once fewer instances than this have a living engine.
+    min_instances: int = 1
     poc: PocOptions = PocOptions()
     # None: no metrics endpoint (--metrics-port not given), and nothing recorded for one.
     metrics: MetricsOptions | None = None
@@ -100,6 +106,8 @@ class ServerOptions:
             keepalive_time_seconds=args.keepalive_time,
             keepalive_timeout_seconds=args.keepalive_timeout,
             keepalive_min_ping_interval_seconds=args.keepalive_min_ping_interval,
+            instances=args.instances,
+            min_instances=args.min_instances,
             poc=poc_options_from(args),
             metrics=metrics_options_from(args),
         )
@@ -154,10 +162,44 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         help="how logprobs are computed for requests that state no mode: processed (after penalties, temperature "
         "and top-k/top-p, as the network reports them) or raw (the model's own distribution) (default: %(default)s)",
     )
+    _add_instance_arguments(group)
     _add_security_arguments(group)
     _add_limit_arguments(group)
     add_poc_arguments(parser)
     add_metrics_arguments(parser)
+
+
+def _add_instance_arguments(group: argparse._ArgumentGroup) -> None:
+    group.add_argument(
+        "--instances",
+        type=_instance_count,
+        default=1,
+        metavar="N|auto",
+        help="engine instances under this one server, each on its own slice of the host's devices (GPUs i*g..i*g+g-1 "
+        "of those visible, g = tensor x pipeline parallel size; on a CPU, its own cores) and each one nonce group of "
+        "the node's PoC rounds; inference goes to the least-loaded instance. auto: visible accelerators / (tensor x "
+        "pipeline parallel size), 1 on a CPU (default: %(default)s)",
+    )
+    group.add_argument(
+        "--min-instances",
+        type=_positive(int),
+        default=1,
+        metavar="N",
+        help="the server exits with code 1 once fewer instances than this have a living engine (a dead instance is "
+        "not restarted: its health name and GetServerStatus report it) (default: %(default)s)",
+    )
+
+
+def _instance_count(text: str) -> int | None:
+    if text == AUTO_INSTANCES:
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number or {AUTO_INSTANCES!r}, got {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number or {AUTO_INSTANCES!r}, got {text!r}")
+    return count
 
 
 def _add_security_arguments(group: argparse._ArgumentGroup) -> None:

@@ -12,12 +12,14 @@ from gonka.mlnode.v1 import poc_pb2
 from server.admission import Admission
 from server.engine_failures import engine_failure
 from server.errors import ServiceError, abort_with, invalid_field
+from server.instances import EngineInstances
 from server.poc.artifact_hub import ArtifactHub, BatchEvent, EndEvent, EndReason, LostEvent, RoundNotFound
-from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
+from server.poc.batch_runner import KvBlockNotes
 from server.poc.round_control import RoundControl, round_not_found
 from server.poc.mining_round import MiningRound
 from server.poc.round_params import PocLimits, artifact_params, batch_size_of, nonce_list, round_parameters
 from server.poc.non_finite import non_finite_batch
+from server.poc.spread import spread_batches
 from server.service_registration import decode_request
 
 MAX_COMPUTE_NONCES = 100_000
@@ -29,10 +31,10 @@ END_REASONS = {
 
 
 class PocServicer:
-    def __init__(self, control: RoundControl, hub: ArtifactHub, runner: PocBatchRunner, limits: PocLimits, admission: Admission) -> None:
+    def __init__(self, control: RoundControl, hub: ArtifactHub, instances: EngineInstances, limits: PocLimits, admission: Admission) -> None:
         self._control = control
         self._hub = hub
-        self._runner = runner
+        self._instances = instances
         self._limits = limits
         self._admission = admission
 
@@ -89,13 +91,17 @@ class PocServicer:
             nonces = nonce_list(list(request.nonces), "nonces", MAX_COMPUTE_NONCES)
             notes = KvBlockNotes()
             sequence = 0
-            for start in range(0, len(nonces), batch_size):
-                for piece_nonces, result in await self._runner.run(params, nonces[start : start + batch_size], notes):
-                    if result.status == BATCH_NON_FINITE:
-                        raise non_finite_batch(piece_nonces, result.detail)
-                    sequence += 1
-                    batch = poc_pb2.ArtifactBatch(sequence=sequence, nonces=piece_nonces, vectors=result.vectors, k_dim=params.k_dim)
-                    yield poc_pb2.ComputeArtifactsResponse(batch=batch, kv_blocks_note=notes.describe())
+            batches = [nonces[start : start + batch_size] for start in range(0, len(nonces), batch_size)]
+            async with aclosing(spread_batches(self._instances.require_available(), params, batches, notes)) as computed:
+                async for instance, pieces in computed:
+                    for piece_nonces, result in pieces:
+                        if result.status == BATCH_NON_FINITE:
+                            raise non_finite_batch(piece_nonces, result.detail)
+                        sequence += 1
+                        batch = poc_pb2.ArtifactBatch(
+                            sequence=sequence, nonces=piece_nonces, vectors=result.vectors, k_dim=params.k_dim, instance=instance.index
+                        )
+                        yield poc_pb2.ComputeArtifactsResponse(batch=batch, kv_blocks_note=notes.describe())
         except Exception as error:
             failure = engine_failure(error, None, self._admission)
         if failure is not None:
@@ -122,7 +128,14 @@ def _event_message(round_id: str, event: object) -> poc_pb2.SubscribeArtifactsRe
         batch = event.batch
         return poc_pb2.SubscribeArtifactsResponse(
             round_id=round_id,
-            batch=poc_pb2.ArtifactBatch(sequence=batch.sequence, nonces=batch.nonces, vectors=batch.vectors, k_dim=batch.k_dim),
+            batch=poc_pb2.ArtifactBatch(
+                sequence=batch.sequence,
+                nonces=batch.nonces,
+                vectors=batch.vectors,
+                k_dim=batch.k_dim,
+                group_id=batch.group_id,
+                instance=batch.instance,
+            ),
         )
     if isinstance(event, LostEvent):
         lost = poc_pb2.ArtifactsLost(

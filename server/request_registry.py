@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 
@@ -17,6 +18,8 @@ class ActiveRequest:
     request_id: str
     # Set by Abort; the stream re-sends the abort if it raced the engine's registration.
     abort_requested: bool = False
+    # The engine the request was sent to (its instance's), once it was: where Abort finds it.
+    engine: Any = None
 
 
 class RequestRegistry:

@@ -27,7 +27,6 @@ from engine_ext.consensus.logprobs_mode import (
     resolve_logprobs_mode,
     stated_logprobs_mode,
 )
-from engine_ext.engine import MlnodeEngine
 from engine_ext.generation_request import GenerationRequest
 from engine_ext.inference_verdict import InferenceFailure, InferenceJudgement, judge_inference
 from engine_ext.model_facts import ModelFacts
@@ -38,8 +37,8 @@ from server.admission import Admission
 from server.engine_failures import engine_failure
 from server.errors import Reason, ServiceError, abort_with, invalid_field
 from server.inference_replay import Replay, replay_end_error, require_fits_the_context, run_replay
+from server.instances import EngineInstances
 from server.poc.artifact_validation import ValidatedCallback, validate_poc_artifacts
-from server.poc.batch_runner import PocBatchRunner
 from server.poc.round_params import PocLimits
 from server.replay_slots import ReplaySlots
 from server.request_registry import RequestRegistry
@@ -73,21 +72,23 @@ RETRYABLE_CODES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDE
 class ValidationServicer:
     def __init__(
         self,
-        engine: MlnodeEngine,
+        instances: EngineInstances,
         facts: ModelFacts,
         translator: RequestTranslator,
         admission: Admission,
         registry: RequestRegistry,
-        poc_runner: PocBatchRunner,
         poc_limits: PocLimits,
         deliver_validated: ValidatedCallback,
     ) -> None:
-        self._engine = engine
+        """Replays go to the least-loaded instance each (EngineInstances.pick); PoC validation's batches are
+        spread over the available instances (server.poc.spread)."""
+        self._instances = instances
+        # Every instance serves the same model with the same flags.
+        self._default_logprobs_mode = instances.first.engine.default_logprobs_mode
         self._facts = facts
         self._translator = translator
         self._admission = admission
         self._registry = registry
-        self._poc_runner = poc_runner
         self._poc_limits = poc_limits
         self._deliver_validated = deliver_validated
 
@@ -127,7 +128,8 @@ class ValidationServicer:
         try:
             request = decode_request(vpb.ValidatePocArtifactsRequest, raw)
             self._admission.require_open()
-            async with aclosing(validate_poc_artifacts(request, self._poc_runner, self._poc_limits, self._deliver_validated)) as responses:
+            instances = self._instances.require_available()
+            async with aclosing(validate_poc_artifacts(request, instances, self._poc_limits, self._deliver_validated)) as responses:
                 async for response in responses:
                     yield response
         except Exception as error:
@@ -162,11 +164,11 @@ class ValidationServicer:
             raise invalid_field("request.logprobs.top_logprobs", "the chain's k must be at least 1")
         item_mode, request_mode = LOGPROBS_MODES.get(item.mode), LOGPROBS_MODES.get(item.request.logprobs.mode)
         executor_lists = [top for _, top in executor]
-        default = self._engine.default_logprobs_mode
+        default = self._default_logprobs_mode
         async with slots.slot():
             plan = await self._plan(item.request, request_id, recorded, k)
             require_fits_the_context(plan.request, len(recorded), self._facts.max_model_len)
-            both = stated_logprobs_mode(item_mode, request_mode) is None and self._engine.both_logprobs_modes_fit(k)
+            both = stated_logprobs_mode(item_mode, request_mode) is None and self._instances.first.engine.both_logprobs_modes_fit(k)
             if both:
                 replay = await self._replay(plan, request_id, both_logprobs_modes=True)
             else:
@@ -229,8 +231,8 @@ class ValidationServicer:
         requests so that shutdown drains it and then aborts it like any stream."""
         if changes:
             plan = dataclasses.replace(plan, request=dataclasses.replace(plan.request, **changes))
-        with self._registry.track(request_id):
-            return await run_replay(self._engine, plan, self._admission)
+        with self._registry.track(request_id), self._instances.pick() as instance:
+            return await run_replay(instance, plan, self._admission)
 
 
 def _between_modes(replay: Replay, k: int) -> float:

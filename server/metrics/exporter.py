@@ -1,17 +1,20 @@
 """Everything metrics in the server process, built only when --metrics-port is given: one registry
-for the server's own metrics, the RPC interceptor, the PoC collector and the HTTP endpoint."""
+for the server's own metrics, the RPC interceptor, the PoC and instance collectors, every engine
+instance's vLLM metrics (labelled `instance`) and the HTTP endpoint."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from server.metrics.callback_metrics import CallbackMetrics
+from server.instances import EngineInstances
 from server.metrics.endpoint import MetricsEndpoint
+from server.metrics.instance_metrics import InstanceMetrics, InstanceRegistries
 from server.metrics.options import MetricsOptions
 from server.metrics.poc_metrics import PocMetrics
 from server.metrics.rpc_interceptor import MetricsInterceptor
@@ -25,11 +28,11 @@ log = logging.getLogger(__name__)
 class ForwardedRegistry(Collector):
     """Another registry's metrics, collected through this one.
 
-    vLLM's engine metrics live in the registry vLLM chose (prometheus_client's global one: its stat
-    logger takes none), beside prometheus_client's process and garbage-collector metrics. The
+    prometheus_client's process and garbage-collector metrics live in its global registry (each
+    engine's vLLM metrics were moved out of it into the engine's own: engine_ext.engine_metrics). The
     server's own metrics live in a registry of their own, made per server; this joins the two in one
     exposition. It describes no names, so the server's registry does not check names across the
-    two, which never overlap (vllm:*, process_*, python_* there; grpc_server_*, mlnode_* here).
+    two, which never overlap (process_*, python_* there; grpc_server_*, mlnode_* here).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:
@@ -40,7 +43,7 @@ class ForwardedRegistry(Collector):
 
 
 class ServerMetrics:
-    def __init__(self, options: MetricsOptions, engine_registry: CollectorRegistry, rounds: RoundControl, callbacks: CallbackSender) -> None:
+    def __init__(self, options: MetricsOptions, instances: EngineInstances, rounds: RoundControl, callbacks: CallbackSender) -> None:
         self.registry = CollectorRegistry()
         # The first of the server's interceptors (server.metrics.rpc_interceptor says why).
         self.interceptor = MetricsInterceptor(RpcMetrics(self.registry))
@@ -48,7 +51,9 @@ class ServerMetrics:
         rounds.add_observer(poc)
         self.registry.register(poc)
         self.registry.register(CallbackMetrics(callbacks))
-        self.registry.register(ForwardedRegistry(engine_registry))
+        self.registry.register(InstanceMetrics(instances))
+        self.registry.register(ForwardedRegistry(REGISTRY))
+        self.registry.register(InstanceRegistries([(instance.index, instance.engine.metrics_registry()) for instance in instances]))
         self._endpoint = MetricsEndpoint(self.registry, options)
 
     async def start(self, engine_logs_stats: bool) -> None:

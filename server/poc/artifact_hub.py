@@ -129,12 +129,13 @@ class ArtifactHub:
         self._rounds[round_id] = _Round(round_id, RoundBuffer(k_dim, self._buffer_artifacts))
         self._current_id = round_id
 
-    def publish(self, round_id: str, nonces: Sequence[int], vectors: bytes) -> ArtifactBatch:
-        """Number and buffer one batch, wake the round's subscribers, return the batch."""
+    def publish(self, round_id: str, nonces: Sequence[int], vectors: bytes, group_id: int = 0, instance: int = 0) -> ArtifactBatch:
+        """Number and buffer one batch (of nonce group `group_id`, computed by engine instance `instance`), wake
+        the round's subscribers, return the batch."""
         round_ = self._round(round_id)
         if round_.end_reason is not None:
             raise RoundClosed(f"round {echoed(round_id)} has ended ({round_.end_reason.value})")
-        batch = round_.buffer.append(nonces, vectors)
+        batch = round_.buffer.append(nonces, vectors, group_id, instance)
         round_.notify()
         return batch
 

@@ -1,25 +1,29 @@
 """ValidationService.ValidatePocArtifacts: recompute a prover's claimed artifacts and judge them
-(poc-v2.md section 7), batch by batch, on KV blocks borrowed beside live inference.
+(poc-v2.md section 7), batch by batch, spread over the engine instances (server.poc.spread), each on KV
+blocks borrowed from its own engine beside its live inference; the progress comes in the claims' order.
 
 Every distinct nonce claimed gets its own verdict: recomputed as given (any int64), judged once
-however often it is claimed, and a batch the engine rejects as non-finite is split until its
-non-finite nonces stand alone (poc-v2-models.md section 5: such nonces are dropped one by one).
+however often it is claimed, and a batch the engine rejects as non-finite is split, on the instance that
+ran it, until its non-finite nonces stand alone (poc-v2-models.md section 5: such nonces are dropped one by one).
 """
 
 from __future__ import annotations
 
 import base64
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import aclosing
 
 import numpy as np
 
 from engine_ext.consensus import check_claimed_vector, fraud_test
-from engine_ext.poc.batch import BATCH_NON_FINITE, PocBatchResult
+from engine_ext.poc.batch import BATCH_NON_FINITE
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.errors import invalid_field
+from server.instances import EngineInstance
 from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
 from server.poc.round_params import ArtifactParams, PocLimits, artifact_params, batch_size_of, callback_url_of
+from server.poc.spread import Pieces, spread_batches
 
 MAX_CLAIMS = 100_000
 # Where a claim could not be judged by distance (undecodable, non-finite, or not computed here).
@@ -30,8 +34,9 @@ ValidatedCallback = Callable[[str, dict], None]
 
 
 async def validate_poc_artifacts(
-    request: vpb.ValidatePocArtifactsRequest, runner: PocBatchRunner, limits: PocLimits, deliver: ValidatedCallback
+    request: vpb.ValidatePocArtifactsRequest, instances: Sequence[EngineInstance], limits: PocLimits, deliver: ValidatedCallback
 ) -> AsyncIterator[vpb.ValidatePocArtifactsResponse]:
+    """`instances`: those the batches are spread over."""
     params = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
     batch_size = batch_size_of(request, params.seq_len, limits)
     dist_threshold, p_mismatch, p_value_threshold = _stat_test(request)
@@ -41,29 +46,36 @@ async def validate_poc_artifacts(
     notes = KvBlockNotes()
     checked = mismatched = not_computable = 0
     mismatch_nonces: list[int] = []
-    for start in range(0, len(claims), batch_size):
-        chunk = claims[start : start + batch_size]
-        for nonces, result in await _run_isolating_non_finite(runner, params, [claim.nonce for claim in chunk], notes):
-            pieces = [_claim_of(chunk, nonce) for nonce in nonces]
-            if result.status == BATCH_NON_FINITE:
-                # Not computable here (each such nonce stands alone by now): counted in n_total, never as a
-                # mismatch (spec section 7).
-                distances = [NO_DISTANCE] * len(pieces)
-                flags = [False] * len(pieces)
-                not_computable += len(pieces)
-            else:
-                computed = np.frombuffer(result.vectors, dtype="<f2").reshape(len(nonces), params.k_dim)
-                verdicts = [check_claimed_vector(computed[i], _claimed_b64(claim), dist_threshold) for i, claim in enumerate(pieces)]
-                distances = [NO_DISTANCE if v.distance is None else float(v.distance) for v in verdicts]
-                flags = [v.mismatch for v in verdicts]
-            checked += len(pieces)
-            mismatched += sum(flags)
-            mismatch_nonces += [claim.nonce for claim, flag in zip(pieces, flags) if flag]
-            yield vpb.ValidatePocArtifactsResponse(
-                progress=vpb.PocValidationProgress(
-                    nonces=nonces, distances=distances, mismatches=flags, nonces_checked=checked, mismatches_so_far=mismatched
+    chunks = [claims[start : start + batch_size] for start in range(0, len(claims), batch_size)]
+    batches = [[claim.nonce for claim in chunk] for chunk in chunks]
+    async with aclosing(spread_batches(instances, params, batches, notes)) as computed:
+        index = 0
+        async for instance, pieces_of_chunk in computed:
+            chunk = chunks[index]
+            index += 1
+            for nonces, result in await _isolating_non_finite(instance.runner, params, pieces_of_chunk, notes):
+                pieces = [_claim_of(chunk, nonce) for nonce in nonces]
+                if result.status == BATCH_NON_FINITE:
+                    # Not computable here (each such nonce stands alone by now): counted in n_total, never as a
+                    # mismatch (spec section 7).
+                    distances = [NO_DISTANCE] * len(pieces)
+                    flags = [False] * len(pieces)
+                    not_computable += len(pieces)
+                else:
+                    computed_vectors = np.frombuffer(result.vectors, dtype="<f2").reshape(len(nonces), params.k_dim)
+                    verdicts = [
+                        check_claimed_vector(computed_vectors[i], _claimed_b64(claim), dist_threshold) for i, claim in enumerate(pieces)
+                    ]
+                    distances = [NO_DISTANCE if v.distance is None else float(v.distance) for v in verdicts]
+                    flags = [v.mismatch for v in verdicts]
+                checked += len(pieces)
+                mismatched += sum(flags)
+                mismatch_nonces += [claim.nonce for claim, flag in zip(pieces, flags) if flag]
+                yield vpb.ValidatePocArtifactsResponse(
+                    progress=vpb.PocValidationProgress(
+                        nonces=nonces, distances=distances, mismatches=flags, nonces_checked=checked, mismatches_so_far=mismatched
+                    )
                 )
-            )
     verdict = fraud_test(mismatched, checked, p_mismatch, p_value_threshold)
     summary = vpb.PocValidationSummary(
         n_total=checked,
@@ -101,18 +113,16 @@ def _claim_of(chunk: list[vpb.ClaimedArtifact], nonce: int) -> vpb.ClaimedArtifa
     return next(claim for claim in chunk if claim.nonce == nonce)
 
 
-async def _run_isolating_non_finite(
-    runner: PocBatchRunner, params: ArtifactParams, nonces: list[int], notes: KvBlockNotes
-) -> list[tuple[list[int], PocBatchResult]]:
-    """The batches run for `nonces`, a batch that came back non-finite split in halves until each non-finite
+async def _isolating_non_finite(runner: PocBatchRunner, params: ArtifactParams, pieces: Pieces, notes: KvBlockNotes) -> Pieces:
+    """`pieces`, a batch that came back non-finite run again in halves on `runner` until each non-finite
     nonce stands alone: the engine rejects a whole batch for one non-finite row, which must not hide the
     other claims of that batch from judgement."""
-    results = []
-    for ran, result in await runner.run(params, nonces, notes):
+    results: Pieces = []
+    for ran, result in pieces:
         if result.status == BATCH_NON_FINITE and len(ran) > 1:
             half = len(ran) // 2
-            results += await _run_isolating_non_finite(runner, params, ran[:half], notes)
-            results += await _run_isolating_non_finite(runner, params, ran[half:], notes)
+            for part in (ran[:half], ran[half:]):
+                results += await _isolating_non_finite(runner, params, await runner.run(params, part, notes), notes)
         else:
             results.append((ran, result))
     return results

@@ -23,6 +23,9 @@ class ArtifactBatch:
     nonces: tuple[int, ...]
     vectors: bytes
     k_dim: int
+    # The nonce group and the engine instance that computed the batch (server.poc.mining_round).
+    group_id: int = 0
+    instance: int = 0
 
     def __post_init__(self) -> None:
         if self.sequence < 1:

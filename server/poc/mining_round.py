@@ -1,6 +1,11 @@
-"""One mining round: the batch loop, its state and its counters (one object, passed explicitly).
+"""One mining round: a batch loop per nonce group, the round's state and its counters (one object, passed
+explicitly).
 
-Batches are issued two deep: while the engine core runs one batch's call, the next is already queued
+Each group is one engine instance mining its own nonces (spec section 8: node_id + group_id*node_count +
+x*(group_count*node_count), x = 0, 1, 2, ... in order); the groups run side by side and publish into the
+round's one sequence of batches, each batch naming its group and instance. A group that fails (its engine
+died, or three batches in a row were non-finite) ends alone; the others mine on, and the round fails only
+once every group has. In each group, batches are issued two deep: while the engine core runs one batch's call, the next is already queued
 behind it (utility calls run in order between engine steps), and each call names the batch after it,
 so the workers generate those inputs during the current forward. A stop lets the forwards already
 issued finish and publishes their artifacts: a forward in flight is never interrupted, and nothing
@@ -18,16 +23,17 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from engine_ext.consensus import nonce_batches
-from engine_ext.engine import MlnodeEngine
 from engine_ext.errors import EngineCallTimeout
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_NON_FINITE, BATCH_WITHDRAWN, PocBatchResult
 from engine_ext.poc.withdrawal import Withdrawal
 from gonka.mlnode.v1 import poc_pb2
 from server.poc.artifact_hub import ArtifactHub
-from server.poc.batch_runner import KvBlockNotes, PocBatchRunner, poc_batch
+from server.instances import EngineInstance
+from server.poc.batch_runner import KvBlockNotes, poc_batch
 from server.poc.round_params import RoundParameters
 
 log = logging.getLogger(__name__)
@@ -54,14 +60,34 @@ class RoundFailed(RuntimeError):
     pass
 
 
+@dataclass(eq=False)
+class MiningGroup:
+    """One nonce group of a round: the instance that mines it and its share of the round's counters."""
+
+    group_id: int
+    instance: EngineInstance
+    state: RoundState = RoundState.GENERATING
+    failure: str = ""
+    nonces_produced: int = 0
+    batches: int = 0
+    consecutive_rejections: int = 0
+    first_issue_at: float | None = None
+    last_done_at: float | None = None
+    withdrawal: Withdrawal | None = field(default=None, repr=False)
+
+    def status(self) -> poc_pb2.GroupStatus:
+        return poc_pb2.GroupStatus(
+            group_id=self.group_id, instance=self.instance.index, state=self.state.value, nonces_produced=self.nonces_produced, failure=self.failure
+        )
+
+
 class MiningRound:
     def __init__(
         self,
         round_id: str,
         params: RoundParameters,
-        engine: MlnodeEngine,
+        groups: Sequence[MiningGroup],
         hub: ArtifactHub,
-        runner: PocBatchRunner,
         sinks: list[ArtifactSink],
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -72,22 +98,22 @@ class MiningRound:
         self.failure = ""
         self.preempted_streams = 0
         self.kv_notes = KvBlockNotes()
-        self._engine = engine
+        self.groups = list(groups)
         self._hub = hub
-        self._runner = runner
         self._sinks = sinks
         self._clock = clock
         self._requested_at = clock()
         self.started_at_unix = wall_clock()
         self._stop = asyncio.Event()
-        self._withdrawal = Withdrawal(round_id)
+        for group in self.groups:
+            # One file per group: a group that fails withdraws its own queued batch, not the others'.
+            group.withdrawal = Withdrawal(f"{round_id}-group-{group.group_id}")
         self._stop_requested_at: float | None = None
         self._last_forward_returned_at: float | None = None
         # Counters.
         self.nonces_produced = 0
         self.last_sequence = 0
         self.rejected_batches = 0
-        self._consecutive_rejections = 0
         self._batches = 0
         self._forward_seconds = 0.0
         self._input_wait_seconds = 0.0
@@ -103,14 +129,18 @@ class MiningRound:
         if self.state is RoundState.GENERATING:
             self.state = RoundState.STOPPING
             self._stop_requested_at = self._clock()
-            # The batch queued behind the running forward returns without running.
-            self._withdrawal.withdraw()
+            # The batch queued behind each group's running forward returns without running.
+            for group in self.groups:
+                group.withdrawal.withdraw()
         self._stop.set()
 
     def fail_to_start(self, error: BaseException) -> None:
         """The round could not start (before its first forward): it ends FAILED without running."""
         self.state = RoundState.FAILED
         self.failure = f"the round could not start: {str(error) or repr(error)}"
+        for group in self.groups:
+            group.state = RoundState.FAILED
+            group.failure = self.failure
         self._stop.set()
 
     @property
@@ -119,18 +149,27 @@ class MiningRound:
 
     async def run(self) -> None:
         """Runs until stopped, failed or out of nonces; never raises (the state says how it ended)."""
+        await asyncio.gather(*(self._mine(group) for group in self.groups))
+        self._last_forward_returned_at = self._clock()
+        if self.state is not RoundState.FAILED:
+            self.state = RoundState.STOPPED
+
+    async def _mine(self, group: MiningGroup) -> None:
+        """One group's batch loop, until the round stops, the group fails or its nonces run out."""
         params = self.params
-        batches = nonce_batches(params.node_id, params.node_count, params.group_id, params.group_count, params.batch_size)
+        batches = nonce_batches(params.node_id, params.node_count, group.group_id, params.group_count, params.batch_size)
         pending: deque[tuple[list[int], asyncio.Future[PocBatchResult]]] = deque()
         upcoming = next(batches, None)
         try:
             while True:
                 while not self._stop.is_set() and upcoming is not None and len(pending) < PIPELINE_DEPTH:
                     after = next(batches, None)
-                    if self._first_issue_at is None:
-                        self._first_issue_at = self._clock()
-                    batch = poc_batch(params.artifacts, upcoming, after or (), withdrawn_if_exists=str(self._withdrawal.path))
-                    call = self._engine.poc_forward(batch)
+                    if group.first_issue_at is None:
+                        group.first_issue_at = self._clock()
+                        if self._first_issue_at is None:
+                            self._first_issue_at = group.first_issue_at
+                    batch = poc_batch(params.artifacts, upcoming, after or (), withdrawn_if_exists=str(group.withdrawal.path))
+                    call = group.instance.engine.poc_forward(batch)
                     pending.append((upcoming, asyncio.ensure_future(call)))
                     upcoming = after
                 if not pending:
@@ -139,51 +178,64 @@ class MiningRound:
                 # shield: a cancelled round still lets the engine's call finish (it cannot be interrupted).
                 result = await asyncio.shield(call)
                 pending.popleft()
-                await self._accept(nonces, result)
+                await self._accept(group, nonces, result)
             if upcoming is None and not self._stop.is_set():
-                log.info("round %s: every int32 nonce of this node is done", self.round_id)
-            self._last_forward_returned_at = self._clock()
-            self.state = RoundState.STOPPED
-        except Exception as error:  # the round fails visibly instead of dying silently
-            self.state = RoundState.FAILED
-            self.failure = str(error) or repr(error)
-            log.error("round %s failed: %s", self.round_id, self.failure)
-            self._withdrawal.withdraw()
+                log.info("round %s: every int32 nonce of this node and group %d is done", self.round_id, group.group_id)
+            group.state = RoundState.STOPPED
+        except Exception as error:  # the group fails visibly instead of dying silently
+            group.state = RoundState.FAILED
+            group.failure = str(error) or repr(error)
+            log.error("round %s failed%s: %s", self.round_id, self._group_words(group), group.failure)
+            if all(each.state is RoundState.FAILED for each in self.groups):
+                self.state = RoundState.FAILED
+                self.failure = self._failures()
+            group.withdrawal.withdraw()
             await _engine_answered(error)
             await _settle(pending)
-            self._last_forward_returned_at = self._clock()
         finally:
-            self._withdrawal.remove()
+            group.withdrawal.remove()
 
-    async def _accept(self, nonces: list[int], result: PocBatchResult) -> None:
+    def _group_words(self, group: MiningGroup) -> str:
+        return "" if len(self.groups) == 1 else f" in group {group.group_id} ({group.instance.name})"
+
+    def _failures(self) -> str:
+        if len(self.groups) == 1:
+            return self.groups[0].failure
+        return "; ".join(f"group {group.group_id} ({group.instance.name}): {group.failure}" for group in self.groups)
+
+    async def _accept(self, group: MiningGroup, nonces: list[int], result: PocBatchResult) -> None:
         if result.status == BATCH_WITHDRAWN:
             return
         if result.status == BATCH_INSUFFICIENT_BLOCKS:
-            for piece_nonces, piece in await self._runner.run(self.params.artifacts, nonces, self.kv_notes):
-                self._accept_computed(piece_nonces, piece)
+            for piece_nonces, piece in await group.instance.runner.run(self.params.artifacts, nonces, self.kv_notes):
+                self._accept_computed(group, piece_nonces, piece)
             return
-        self._accept_computed(nonces, result)
+        self._accept_computed(group, nonces, result)
 
-    def _accept_computed(self, nonces: list[int], result: PocBatchResult) -> None:
+    def _accept_computed(self, group: MiningGroup, nonces: list[int], result: PocBatchResult) -> None:
         now = self._clock()
-        previous_done = self._last_done_at if self._last_done_at is not None else self._first_issue_at
+        # The time outside the forward is the group's own: its engine runs its batches one after the other.
+        previous_done = group.last_done_at if group.last_done_at is not None else group.first_issue_at
+        group.last_done_at = now
         self._last_done_at = now
         if result.status == BATCH_NON_FINITE:
             self.rejected_batches += 1
-            self._consecutive_rejections += 1
-            log.warning("round %s: batch rejected (%s)", self.round_id, result.detail)
-            if self._consecutive_rejections >= MAX_CONSECUTIVE_REJECTIONS:
-                raise RoundFailed(f"{self._consecutive_rejections} consecutive batches had non-finite values ({result.detail})")
+            group.consecutive_rejections += 1
+            log.warning("round %s: batch rejected%s (%s)", self.round_id, self._group_words(group), result.detail)
+            if group.consecutive_rejections >= MAX_CONSECUTIVE_REJECTIONS:
+                raise RoundFailed(f"{group.consecutive_rejections} consecutive batches had non-finite values ({result.detail})")
             return
-        self._consecutive_rejections = 0
+        group.consecutive_rejections = 0
         for sink in self._sinks:
             sink.add(nonces, result.vectors)  # on disk before any subscriber can read it
-        batch = self._hub.publish(self.round_id, nonces, result.vectors)
+        batch = self._hub.publish(self.round_id, nonces, result.vectors, group.group_id, group.instance.index)
         self.last_sequence = batch.sequence
         self.nonces_produced += len(nonces)
+        group.nonces_produced += len(nonces)
+        group.batches += 1
         self._batches += 1
         self._forward_seconds += result.forward_seconds
-        if self._batches > 1 and previous_done is not None:
+        if group.batches > 1 and previous_done is not None:
             # The first batch's interval includes input generation nothing could hide; it is
             # reported as seconds_to_first_batch instead. Its input wait and head are left out with it, so
             # that they stay parts of the time outside the forward they are reported as.
@@ -220,6 +272,7 @@ class MiningRound:
             failure=self.failure,
             preempted_streams=self.preempted_streams,
             kv_blocks_note=self.kv_notes.describe(),
+            groups=[group.status() for group in self.groups],
         )
         if self._batches:
             status.forward_seconds_per_batch = self._forward_seconds / self._batches

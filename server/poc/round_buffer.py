@@ -53,8 +53,10 @@ class RoundBuffer:
     def buffered_artifacts(self) -> int:
         return self._buffered_artifacts
 
-    def append(self, nonces: Sequence[int], vectors: bytes) -> ArtifactBatch:
-        batch = ArtifactBatch(self.last_sequence + 1, tuple(int(nonce) for nonce in nonces), bytes(vectors), self.k_dim)
+    def append(self, nonces: Sequence[int], vectors: bytes, group_id: int = 0, instance: int = 0) -> ArtifactBatch:
+        batch = ArtifactBatch(
+            self.last_sequence + 1, tuple(int(nonce) for nonce in nonces), bytes(vectors), self.k_dim, group_id, instance
+        )
         self._batches.append(batch)
         self._buffered_artifacts += len(batch)
         self._published_through.append(self._published_through[-1] + len(batch))

@@ -1,4 +1,9 @@
-"""Starts, stops and tracks mining rounds; owns the order of everything around a round.
+"""Starts, stops and tracks mining rounds; owns the order of everything around a round. The one entry point
+for a round's start, stop, status and subscription (the hub) whatever serves the PoC API.
+
+Groups: with one engine instance the round mines the request's group_id of group_count. With several, the
+server numbers the groups itself, as the deployed node does: the instances available at StartRound (those
+that serve), in index order, are groups 0 .. n-1 of n; the others sit the round out.
 
 Start: the round is registered (StopRound, GetRoundStatus, subscriptions and shutdown find it from here
 on) and the gate closes (new inference refused) before the first await; then, in the round's own task,
@@ -13,6 +18,7 @@ status and subscriptions alike, then is forgotten.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from collections.abc import Callable
@@ -21,13 +27,12 @@ from typing import Protocol
 import grpc
 from grpc_health.v1 import health_pb2
 
-from engine_ext.engine import MlnodeEngine
 from gonka.mlnode.v1 import poc_pb2
 from server.errors import Reason, ServiceError, echoed
+from server.instances import EngineInstances
 from server.poc.artifact_hub import ArtifactHub, EndReason
-from server.poc.batch_runner import PocBatchRunner
 from server.poc.callback_store import RoundCounts
-from server.poc.mining_round import ArtifactSink, MiningRound, RoundState
+from server.poc.mining_round import ArtifactSink, MiningGroup, MiningRound, RoundState
 from server.poc.priority_gate import PriorityGate
 from server.poc.round_params import RoundParameters
 
@@ -58,20 +63,18 @@ class RoundObserver(Protocol):
 class RoundControl:
     def __init__(
         self,
-        engine: MlnodeEngine,
+        instances: EngineInstances,
         gate: PriorityGate,
         hub: ArtifactHub,
-        runner: PocBatchRunner,
         health: HealthSetter,
         gated_services: tuple[str, ...],
         poc_service: str,
         callback_factory: CallbackFactory,
         may_resume_inference: Callable[[], bool],
     ) -> None:
-        self._engine = engine
+        self._instances = instances
         self._gate = gate
         self._hub = hub
-        self._runner = runner
         self._health = health
         self._gated_services = gated_services
         # NOT_SERVING after a round failed (the engine produced non-finite values or an engine call
@@ -96,10 +99,11 @@ class RoundControl:
         # instant of StartRound finds the round, and two StartRounds cannot both find none running.
         if self._running is not None:
             raise _already_running(self._running)
+        params, groups = self._groups(params)
         round_id = uuid.uuid4().hex
         callback = self._callback_factory(round_id, params)
         sinks = [callback] if callback is not None else []
-        mining = MiningRound(round_id, params, self._engine, self._hub, self._runner, sinks)
+        mining = MiningRound(round_id, params, groups, self._hub, sinks)
         self._hub.open_round(round_id, params.artifacts.k_dim)
         self._gate.close(round_id)
         self._running = mining
@@ -114,6 +118,14 @@ class RoundControl:
         # shield: a StartRound caller that goes away does not undo the start.
         await asyncio.shield(started)
         return mining
+
+    def _groups(self, params: RoundParameters) -> tuple[RoundParameters, list[MiningGroup]]:
+        """The round's groups, and its parameters as the round runs them (group_count: how many groups)."""
+        available = self._instances.require_available()
+        if not self._instances.assigns_groups:
+            return params, [MiningGroup(params.group_id, available[0])]
+        params = dataclasses.replace(params, group_id=0, group_count=len(available))
+        return params, [MiningGroup(group_id, instance) for group_id, instance in enumerate(available)]
 
     async def stop(self, round_id: str | None) -> MiningRound:
         mining, _, task = self._entry(round_id)
@@ -141,7 +153,7 @@ class RoundControl:
             running = self._running
             running.request_stop()
             task = self._rounds[running.round_id][2]
-            await asyncio.wait({task}, timeout=self._engine.calls.timeout_seconds)
+            await asyncio.wait({task}, timeout=self._instances.call_timeout_seconds)
             if not task.done():
                 log.warning("round %s: the engine has not answered its last forward; shutting down without it", running.round_id)
                 task.cancel()
@@ -169,7 +181,7 @@ class RoundControl:
         """Inference admitted again (unless the server is shutting down)."""
         self._running = None
         if self._may_resume_inference():
-            self._engine.resume()
+            self._instances.resume()
         self._gate.open()
         for service in self._gated_services:
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -177,7 +189,7 @@ class RoundControl:
     async def _prepare(self, mining: MiningRound) -> None:
         for service in self._gated_services:
             await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
-        mining.preempted_streams = await self._engine.pause()
+        mining.preempted_streams = await self._instances.pause()
         await self._health.set(self._poc_service, health_pb2.HealthCheckResponse.SERVING)
 
     async def _drive(self, mining: MiningRound, callback: RoundCallback | None, started: asyncio.Future[None]) -> None:

@@ -32,6 +32,9 @@ class PocLimits:
     max_num_seqs: int
     # A bound on B that the engine's configuration imposes, and why (engine_ext.poc.batch_caps); None: none.
     batch_cap: PocBatchCap | None = None
+    # The server's engine instances: with several, the server numbers the nonce groups itself
+    # (server.poc.round_control) and a request that sets group_id or group_count is refused.
+    instances: int = 1
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,16 @@ class RoundParameters:
 
 def round_parameters(request: poc_pb2.StartRoundRequest, limits: PocLimits) -> RoundParameters:
     artifacts = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
+    instances = limits.instances
+    if instances > 1:
+        for name in ("group_id", "group_count"):
+            if getattr(request, name):
+                raise invalid_field(
+                    name,
+                    f"is set by this server, which runs {instances} engine instances, one nonce group each (the groups "
+                    f"are the instances that serve at StartRound); leave group_id and group_count unset, got {name}="
+                    f"{getattr(request, name)}",
+                )
     node_count = request.node_count or 1
     group_count = request.group_count or 1
     if request.node_count < 0:

@@ -1,5 +1,6 @@
 """Everything PoC in the server process, built once and passed explicitly: the gate, the artifact hub,
-the batch runner, the round control, the callback store's sender and the servicer; its flags; its shutdown."""
+the round control, the callback store's sender and the servicer; its flags; its shutdown. (The batch
+runners are the engine instances' own: server.instances.)"""
 
 from __future__ import annotations
 
@@ -7,11 +8,10 @@ import logging
 
 import aiohttp
 
-from engine_ext.engine import MlnodeEngine
 from engine_ext.model_facts import ModelFacts
 from server.admission import Admission
+from server.instances import EngineInstances
 from server.poc.artifact_hub import ArtifactHub
-from server.poc.batch_runner import PocBatchRunner
 from server.poc.callback_sender import SETTLED_KEPT_SECONDS, CallbackSender
 from server.poc.callback_store import CallbackStore
 from server.poc.callbacks import ArtifactCallback, CallbackIdentity
@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 class PocComponents:
     def __init__(
         self,
-        engine: MlnodeEngine,
+        instances: EngineInstances,
         limits: PocLimits,
         admission: Admission,
         health: HealthSetter,
@@ -41,7 +41,6 @@ class PocComponents:
         self.gate = admission.gate
         self.gate.retry_after_seconds = options.gate_retry_seconds
         self.hub = ArtifactHub(options.buffer_artifacts, options.retention_seconds)
-        self.runner = PocBatchRunner(engine, options.block_wait_seconds)
         self.store = store
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         # Settled entries outlive the rounds whose status counts them.
@@ -50,9 +49,9 @@ class PocComponents:
             store, self._session, interval_seconds=options.callback_interval_seconds, settled_kept_seconds=settled_kept
         )
         self.control = RoundControl(
-            engine, self.gate, self.hub, self.runner, health, gated_services, poc_service, self._round_callback, lambda: admission.is_open
+            instances, self.gate, self.hub, health, gated_services, poc_service, self._round_callback, lambda: admission.is_open
         )
-        self.servicer = PocServicer(self.control, self.hub, self.runner, limits, admission)
+        self.servicer = PocServicer(self.control, self.hub, instances, limits, admission)
 
     def deliver_validated(self, url: str, body: dict) -> None:
         """A validation result for `{url}/validated`: in the store when this returns, sent at once."""
@@ -78,7 +77,7 @@ class PocComponents:
         return ArtifactCallback(params.callback_url, identity, params.artifacts.k_dim, round_id, self.store, self.sender.flush)
 
 
-def poc_limits(facts: ModelFacts) -> PocLimits:
+def poc_limits(facts: ModelFacts, instances: int) -> PocLimits:
     return PocLimits(
         facts.served_model_name,
         facts.max_model_len,
@@ -86,4 +85,5 @@ def poc_limits(facts: ModelFacts) -> PocLimits:
         facts.max_num_batched_tokens,
         facts.max_num_seqs,
         facts.poc_batch_cap,
+        instances,
     )

@@ -137,21 +137,25 @@ def start_server(
     env: dict[str, str] | None = None,
     credentials: grpc.ChannelCredentials | None = None,
     python: str = sys.executable,
+    cwd: Path = REPO_ROOT,
+    timeout: float | None = None,
 ) -> ServerProcess:
     """`credentials`: how the readiness check connects to a TLS server (None: plaintext).
-    `python`: the interpreter, hence the virtualenv and the vLLM release, the server runs on."""
+    `python`: the interpreter, hence the virtualenv and the vLLM release, the server runs on.
+    `cwd`: the checkout whose server runs (a benchmark's baseline checks out another commit).
+    `timeout`: seconds it may take to serve; None, startup_timeout()."""
     port = port or free_port()
     log = open(log_path, "w")
     process = subprocess.Popen(
         [python, "-m", "server", "--port", str(port), *extra_args],
-        cwd=REPO_ROOT,
+        cwd=cwd,
         env=env or engine_environment(),
         stdout=log,
         stderr=subprocess.STDOUT,
     )
     server = ServerProcess(process, port, log_path)
     try:
-        wait_until_serving(server, credentials=credentials)
+        wait_until_serving(server, timeout, credentials=credentials)
     except BaseException:
         server.stop(timeout=10)
         raise

@@ -14,6 +14,7 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.platforms import current_platform
 
 from engine_ext import engine_factory
+from engine_ext.device_slices import CPU_BIND_VARIABLE, DeviceSlice
 from engine_ext.engine_args import (
     CPU_DEFAULT_MAX_NUM_SEQS_PER_RANK,
     CPU_KV_CACHE_ENV,
@@ -123,14 +124,19 @@ def test_the_environment_is_set_before_the_engine_starts(monkeypatch: pytest.Mon
         @staticmethod
         def from_engine_args(engine_args: AsyncEngineArgs, usage_context: object) -> str:
             seen["kv_cache"] = os.environ.get(CPU_KV_CACHE_ENV)
+            seen["slice"] = os.environ.get(CPU_BIND_VARIABLE)
             return "llm"
 
     monkeypatch.setattr(engine_factory, "AsyncLLM", RecordingAsyncLLM)
-    monkeypatch.setattr(engine_factory, "MlnodeEngine", lambda llm, calls, mode, request_metrics, poc_compiled: (llm, calls, mode))
+    monkeypatch.setattr(engine_factory, "MlnodeEngine", lambda llm, calls, mode, request_metrics, poc_compiled, registry: (llm, calls, mode))
+    monkeypatch.delenv(CPU_BIND_VARIABLE, raising=False)
     args = AsyncEngineArgs(model="/m", structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"))
-    started = engine_factory.create_engine(EngineSettings(args, {CPU_KV_CACHE_ENV: "1"}), "calls", "mode")
+    # The instance's device slice is set while its engine processes are spawned, and only then.
+    device_slice = DeviceSlice(1, {CPU_BIND_VARIABLE: "1"})
+    started = engine_factory.create_engine(EngineSettings(args, {CPU_KV_CACHE_ENV: "1"}), "calls", "mode", device_slice=device_slice)
     assert started == ("llm", "calls", "mode")
-    assert seen == {"kv_cache": "1"}
+    assert seen == {"kv_cache": "1", "slice": "1"}
+    assert CPU_BIND_VARIABLE not in os.environ
 
 
 @pytest.mark.parametrize("model_flags", [(), ("--model", "/models/other")], ids=["default-model", "given-model"])

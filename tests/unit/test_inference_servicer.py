@@ -24,6 +24,7 @@ from server.auth import Authorizer
 from server.engine_failures import engine_failure as server_failure
 from server.errors import ServiceError
 from server.inference_servicer import InferenceServicer
+from server.instances import EngineInstance, EngineInstances
 from server.request_registry import RequestRegistry
 from server.translation import RequestTranslator
 from server.translation.prompt import PromptLimits, PromptReader
@@ -42,6 +43,7 @@ class StandInEngine:
         self.failure = failure
         self.closed: list[str] = []
         self.calls = EngineCalls(1.0, 5.0)
+        self.errored = False
         self.default_logprobs_mode = DEFAULT_MODE
 
     async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
@@ -72,7 +74,8 @@ class StandInContext:
 def servicer(engine: StandInEngine) -> InferenceServicer:
     limits = PromptLimits(max_chars=100, template_variables=frozenset())
     translator = RequestTranslator(FACTS, PromptReader(FACTS, limits, tokenizers=None))
-    return InferenceServicer(engine, FACTS, limits, 1 << 20, translator, RequestRegistry(), Admission(), versions=None, authorizer=Authorizer(None))
+    instances = EngineInstances([EngineInstance(0, engine, runner=None)])
+    return InferenceServicer(instances, FACTS, limits, 1 << 20, translator, RequestRegistry(), Admission(), versions=None, authorizer=Authorizer(None))
 
 
 def raw_request(**kwargs: Any) -> bytes:

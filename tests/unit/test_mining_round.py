@@ -5,6 +5,7 @@ round's start-up awaits return. (The real engine's rounds are tested end to end 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import grpc
@@ -12,14 +13,17 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from engine_ext.engine_calls import EngineCalls
+from engine_ext.errors import EngineDead
 from engine_ext.poc.batch import BATCH_NON_FINITE, BATCH_OK, BATCH_WITHDRAWN, PocBatch, PocBatchResult
 from server.errors import ServiceError
+from server.instances import EngineInstance, EngineInstances
 from server.poc.artifact_hub import ArtifactHub, EndEvent, EndReason, RoundNotFound
 from server.poc.batch_runner import PocBatchRunner
 from server.poc.mining_round import MAX_CONSECUTIVE_REJECTIONS, RoundState
 from server.poc.priority_gate import PriorityGate
 from server.poc.round_control import RoundControl
-from server.poc.round_params import ArtifactParams, RoundParameters
+from gonka.mlnode.v1 import poc_pb2
+from server.poc.round_params import ArtifactParams, PocLimits, RoundParameters, round_parameters
 
 K = 2
 PARAMS = RoundParameters(
@@ -37,6 +41,7 @@ class StandInEngine:
         self.non_finite_from = non_finite_from
         self.batches: list[PocBatch] = []
         self.paused = False
+        self.errored = False
         self.calls = EngineCalls(timeout_seconds=30, stuck_after_seconds=120)
 
     async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
@@ -67,8 +72,13 @@ class Health:
         self.status[service] = status
 
 
-def control_of(engine: StandInEngine, hub: ArtifactHub, gate: PriorityGate, health: Health) -> RoundControl:
-    return RoundControl(engine, gate, hub, PocBatchRunner(engine), health, (INFERENCE,), POC, lambda _id, _p: None, lambda: True)
+def instances_of(*engines: StandInEngine) -> EngineInstances:
+    return EngineInstances([EngineInstance(index, engine, PocBatchRunner(engine), alone=len(engines) == 1) for index, engine in enumerate(engines)])
+
+
+def control_of(engine: StandInEngine | EngineInstances, hub: ArtifactHub, gate: PriorityGate, health: Health) -> RoundControl:
+    instances = engine if isinstance(engine, EngineInstances) else instances_of(engine)
+    return RoundControl(instances, gate, hub, health, (INFERENCE,), POC, lambda _id, _p: None, lambda: True)
 
 
 def test_repeated_non_finite_batches_fail_the_round_visibly() -> None:
@@ -256,3 +266,94 @@ def test_an_ended_round_is_forgotten_after_the_retention_time_by_status_and_subs
     status, latest = asyncio.run(scenario())
     assert (status.code, status.field) == (grpc.StatusCode.NOT_FOUND, "round_id")
     assert latest.code == grpc.StatusCode.NOT_FOUND
+
+
+class DyingEngine(StandInEngine):
+    """Dies (as a real engine's PoC call reports it) at its `dies_at`-th forward."""
+
+    def __init__(self, dies_at: int) -> None:
+        super().__init__()
+        self.dies_at = dies_at
+
+    async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
+        if len(self.batches) + 1 >= self.dies_at:
+            self.errored = True
+            self.batches.append(batch)
+            raise EngineDead("the engine has died")
+        return await super().poc_forward(batch)
+
+
+NODE = dataclasses.replace(PARAMS, node_id=1, node_count=3)
+
+
+def test_several_instances_mine_one_nonce_group_each_as_the_deployed_node_numbers_them() -> None:
+    async def scenario():
+        engines = [StandInEngine(), StandInEngine(), StandInEngine()]
+        engines[1].errored = True  # not serving at StartRound: it sits the round out
+        hub, gate, health = ArtifactHub(100_000, 60), PriorityGate(), Health()
+        control = control_of(instances_of(*engines), hub, gate, health)
+        mining = await control.start(NODE)
+        while mining.nonces_produced < 200:
+            await asyncio.sleep(0.005)
+        await control.stop(None)
+        return mining, engines, hub
+
+    mining, engines, hub = asyncio.run(scenario())
+    assert mining.state is RoundState.STOPPED
+    assert (mining.params.group_id, mining.params.group_count) == (0, 2)
+    assert [(group.group_id, group.instance.index) for group in mining.groups] == [(0, 0), (1, 2)]
+    assert engines[1].batches == []
+    batches = _batches(hub, mining.round_id)
+    stride = 2 * NODE.node_count
+    for group_id, instance in ((0, 0), (1, 2)):
+        mined = [n for batch in batches if batch.group_id == group_id for n in batch.nonces]
+        assert {batch.instance for batch in batches if batch.group_id == group_id} == {instance}
+        # node_id + group_id*node_count + x*(n_groups*node_count), x = 0, 1, 2, ... in order.
+        assert mined == [NODE.node_id + group_id * NODE.node_count + x * stride for x in range(len(mined))]
+    everything = [n for batch in batches for n in batch.nonces]
+    assert len(everything) == len(set(everything)) == mining.nonces_produced
+    assert [batch.sequence for batch in batches] == list(range(1, len(batches) + 1))
+    status = mining.status()
+    assert [(group.group_id, group.instance, group.state) for group in status.groups] == [
+        (0, 0, RoundState.STOPPED.value), (1, 2, RoundState.STOPPED.value)
+    ]
+    assert sum(group.nonces_produced for group in status.groups) == status.nonces_produced
+
+
+def test_a_group_whose_engine_dies_ends_alone_and_the_round_fails_once_every_group_has() -> None:
+    async def scenario(engines):
+        hub, gate, health = ArtifactHub(100_000, 60), PriorityGate(), Health()
+        control = control_of(instances_of(*engines), hub, gate, health)
+        mining = await control.start(PARAMS)
+        while not mining.ended and (mining.groups[0].state is RoundState.GENERATING or mining.groups[1].nonces_produced < 100):
+            await asyncio.sleep(0.005)
+        state_while_one_mines = mining.state
+        await control.stop(None)
+        return mining, state_while_one_mines, gate, health
+
+    mining, state_while_one_mines, gate, health = asyncio.run(scenario([DyingEngine(dies_at=3), StandInEngine()]))
+    assert state_while_one_mines is RoundState.GENERATING
+    assert mining.state is RoundState.STOPPED and mining.failure == ""
+    dead, alive = mining.groups
+    assert dead.state is RoundState.FAILED and dead.failure == "the engine has died"
+    assert alive.state is RoundState.STOPPED and alive.nonces_produced >= 100
+    assert not gate.closed and health.status[POC] == health_pb2.HealthCheckResponse.SERVING
+
+    mining, _, gate, health = asyncio.run(scenario([DyingEngine(dies_at=2), DyingEngine(dies_at=4)]))
+    assert mining.state is RoundState.FAILED
+    assert mining.failure == "group 0 (instance 0): the engine has died; group 1 (instance 1): the engine has died"
+    assert not gate.closed and health.status[POC] == health_pb2.HealthCheckResponse.NOT_SERVING
+
+
+def test_a_request_naming_groups_is_refused_when_the_server_numbers_them() -> None:
+    limits = PocLimits("m", max_model_len=64, hidden_size=16, max_num_batched_tokens=4096, max_num_seqs=64)
+    two = dataclasses.replace(limits, instances=2)
+    request = poc_pb2.StartRoundRequest(block_hash="bh", public_key="pk", params=poc_pb2.PocParams(model="m", seq_len=16), group_count=2)
+    assert round_parameters(request, limits).group_count == 2  # one instance: the request's groups, as before
+    with pytest.raises(ServiceError) as refused:
+        round_parameters(request, two)
+    assert (refused.value.code, refused.value.field) == (grpc.StatusCode.INVALID_ARGUMENT, "group_count")
+    request = poc_pb2.StartRoundRequest(block_hash="bh", public_key="pk", params=poc_pb2.PocParams(model="m", seq_len=16), group_id=1, group_count=2)
+    with pytest.raises(ServiceError) as refused:
+        round_parameters(request, two)
+    assert refused.value.field == "group_id"

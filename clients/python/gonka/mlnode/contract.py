@@ -24,8 +24,8 @@ from google.protobuf import descriptor_pb2
 import gonka.mlnode.v1
 
 # Written by `make contract`: the previous commit's revision, plus one when the digest changed.
-REVISION = 4
-DIGEST = "sha256:d587bd22167f41245f7175d4c999f4941542883fac7aba27d73417ebd56cfcaf"
+REVISION = 6
+DIGEST = "sha256:21fecbb74da39207a34f6198e13ae5f9452f60e4f09fb5c6f3b158c3f903c9a2"
 
 
 def stub_digest() -> str:

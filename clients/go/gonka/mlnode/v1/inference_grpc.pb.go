@@ -26,13 +26,14 @@ type InferenceServiceClient interface {
 	//   - ALREADY_EXISTS (DUPLICATE_REQUEST_ID): request_id is in use by an active request.
 	//   - RESOURCE_EXHAUSTED (TOO_MANY_STREAMS): the server's stream bound is reached; RetryInfo.
 	//   - UNAVAILABLE, with RetryInfo: SHUTTING_DOWN, POC_IN_PROGRESS (a mining round runs),
-	//     ENGINE_PAUSED. UNAVAILABLE (ENGINE_DEAD), without RetryInfo: the engine has died.
+	//     ENGINE_PAUSED. UNAVAILABLE (ENGINE_DEAD), without RetryInfo: every instance's engine has died.
 	//
 	// Ended after some messages:
 	//   - UNAVAILABLE (POC_PREEMPTED), with RetryInfo: a mining round started; the outputs' last
 	//     messages (FINISH_REASON_ABORT) were delivered first.
 	//   - UNAVAILABLE (ENGINE_DEAD); INTERNAL (INTERNAL_ERROR): the engine or the server failed the
-	//     request (logged on the server).
+	//     request (logged on the server). ENGINE_DEAD's message names the instance whose engine died
+	//     when the server runs several; the others serve on, so a retry is served.
 	Generate(ctx context.Context, in *GenerateRequest, opts ...grpc.CallOption) (InferenceService_GenerateClient, error)
 	// Ends an active Generate stream: each of its outputs gets a last message with
 	// FINISH_REASON_ABORT, then that stream ends with status OK. A control RPC (bearer token, see the
@@ -42,9 +43,11 @@ type InferenceServiceClient interface {
 	// Facts about the served model and the server's input bounds; they do not change while the server
 	// runs. Errors: only those of every RPC (see the service).
 	GetModelInfo(ctx context.Context, in *GetModelInfoRequest, opts ...grpc.CallOption) (*GetModelInfoResponse, error)
-	// Live load and health as the engine sees it, versions, and the contract revision. When the
-	// engine is stuck the answer is OK at once with engine_problem set (no call into the engine).
-	// Errors: DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
+	// Live load and health as the engines see it (each instance's in `instances`), versions, and the
+	// contract revision. An engine that is stuck is not called (its entry says why); with one instance
+	// the answer is then OK at once with engine_problem set.
+	// Errors, with one instance only (an instance of several reports its failure in its entry):
+	// DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
 	// --engine-call-timeout; UNAVAILABLE (ENGINE_DEAD); INTERNAL (INTERNAL_ERROR).
 	GetServerStatus(ctx context.Context, in *GetServerStatusRequest, opts ...grpc.CallOption) (*GetServerStatusResponse, error)
 }
@@ -129,13 +132,14 @@ type InferenceServiceServer interface {
 	//   - ALREADY_EXISTS (DUPLICATE_REQUEST_ID): request_id is in use by an active request.
 	//   - RESOURCE_EXHAUSTED (TOO_MANY_STREAMS): the server's stream bound is reached; RetryInfo.
 	//   - UNAVAILABLE, with RetryInfo: SHUTTING_DOWN, POC_IN_PROGRESS (a mining round runs),
-	//     ENGINE_PAUSED. UNAVAILABLE (ENGINE_DEAD), without RetryInfo: the engine has died.
+	//     ENGINE_PAUSED. UNAVAILABLE (ENGINE_DEAD), without RetryInfo: every instance's engine has died.
 	//
 	// Ended after some messages:
 	//   - UNAVAILABLE (POC_PREEMPTED), with RetryInfo: a mining round started; the outputs' last
 	//     messages (FINISH_REASON_ABORT) were delivered first.
 	//   - UNAVAILABLE (ENGINE_DEAD); INTERNAL (INTERNAL_ERROR): the engine or the server failed the
-	//     request (logged on the server).
+	//     request (logged on the server). ENGINE_DEAD's message names the instance whose engine died
+	//     when the server runs several; the others serve on, so a retry is served.
 	Generate(*GenerateRequest, InferenceService_GenerateServer) error
 	// Ends an active Generate stream: each of its outputs gets a last message with
 	// FINISH_REASON_ABORT, then that stream ends with status OK. A control RPC (bearer token, see the
@@ -145,9 +149,11 @@ type InferenceServiceServer interface {
 	// Facts about the served model and the server's input bounds; they do not change while the server
 	// runs. Errors: only those of every RPC (see the service).
 	GetModelInfo(context.Context, *GetModelInfoRequest) (*GetModelInfoResponse, error)
-	// Live load and health as the engine sees it, versions, and the contract revision. When the
-	// engine is stuck the answer is OK at once with engine_problem set (no call into the engine).
-	// Errors: DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
+	// Live load and health as the engines see it (each instance's in `instances`), versions, and the
+	// contract revision. An engine that is stuck is not called (its entry says why); with one instance
+	// the answer is then OK at once with engine_problem set.
+	// Errors, with one instance only (an instance of several reports its failure in its entry):
+	// DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
 	// --engine-call-timeout; UNAVAILABLE (ENGINE_DEAD); INTERNAL (INTERNAL_ERROR).
 	GetServerStatus(context.Context, *GetServerStatusRequest) (*GetServerStatusResponse, error)
 	mustEmbedUnimplementedInferenceServiceServer()

@@ -292,7 +292,7 @@ class GetServerStatusRequest(_message.Message):
     def __init__(self, include_engine_processes: bool = ...) -> None: ...
 
 class GetServerStatusResponse(_message.Message):
-    __slots__ = ("running_requests", "waiting_requests", "kv_cache_usage", "active_streams", "uptime_seconds", "versions", "engine_processes", "engine_problem", "contract_revision", "contract_digest", "inference_gate_closed", "poc_round_id")
+    __slots__ = ("running_requests", "waiting_requests", "kv_cache_usage", "active_streams", "uptime_seconds", "versions", "engine_processes", "engine_problem", "contract_revision", "contract_digest", "inference_gate_closed", "poc_round_id", "instances")
     RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
@@ -305,6 +305,7 @@ class GetServerStatusResponse(_message.Message):
     CONTRACT_DIGEST_FIELD_NUMBER: _ClassVar[int]
     INFERENCE_GATE_CLOSED_FIELD_NUMBER: _ClassVar[int]
     POC_ROUND_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
     running_requests: int
     waiting_requests: int
     kv_cache_usage: float
@@ -317,10 +318,41 @@ class GetServerStatusResponse(_message.Message):
     contract_digest: str
     inference_gate_closed: bool
     poc_round_id: str
-    def __init__(self, running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., active_streams: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., versions: _Optional[_Union[Versions, _Mapping]] = ..., engine_processes: _Optional[_Iterable[_Union[EngineProcess, _Mapping]]] = ..., engine_problem: _Optional[str] = ..., contract_revision: _Optional[int] = ..., contract_digest: _Optional[str] = ..., inference_gate_closed: bool = ..., poc_round_id: _Optional[str] = ...) -> None: ...
+    instances: _containers.RepeatedCompositeFieldContainer[InstanceStatus]
+    def __init__(self, running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., active_streams: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., versions: _Optional[_Union[Versions, _Mapping]] = ..., engine_processes: _Optional[_Iterable[_Union[EngineProcess, _Mapping]]] = ..., engine_problem: _Optional[str] = ..., contract_revision: _Optional[int] = ..., contract_digest: _Optional[str] = ..., inference_gate_closed: bool = ..., poc_round_id: _Optional[str] = ..., instances: _Optional[_Iterable[_Union[InstanceStatus, _Mapping]]] = ...) -> None: ...
+
+class InstanceStatus(_message.Message):
+    __slots__ = ("index", "state", "running_requests", "waiting_requests", "kv_cache_usage", "routed_requests", "engine_problem", "device_slice")
+    class State(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        STATE_UNSPECIFIED: _ClassVar[InstanceStatus.State]
+        STATE_SERVING: _ClassVar[InstanceStatus.State]
+        STATE_STUCK: _ClassVar[InstanceStatus.State]
+        STATE_DEAD: _ClassVar[InstanceStatus.State]
+    STATE_UNSPECIFIED: InstanceStatus.State
+    STATE_SERVING: InstanceStatus.State
+    STATE_STUCK: InstanceStatus.State
+    STATE_DEAD: InstanceStatus.State
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
+    ROUTED_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_PROBLEM_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_SLICE_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    state: InstanceStatus.State
+    running_requests: int
+    waiting_requests: int
+    kv_cache_usage: float
+    routed_requests: int
+    engine_problem: str
+    device_slice: str
+    def __init__(self, index: _Optional[int] = ..., state: _Optional[_Union[InstanceStatus.State, str]] = ..., running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., routed_requests: _Optional[int] = ..., engine_problem: _Optional[str] = ..., device_slice: _Optional[str] = ...) -> None: ...
 
 class EngineProcess(_message.Message):
-    __slots__ = ("role", "pid", "vllm_version", "seams", "model_runner", "mixed_logprobs_steps")
+    __slots__ = ("role", "pid", "vllm_version", "seams", "model_runner", "mixed_logprobs_steps", "instance", "environment")
     class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ROLE_UNSPECIFIED: _ClassVar[EngineProcess.Role]
@@ -329,19 +361,30 @@ class EngineProcess(_message.Message):
     ROLE_UNSPECIFIED: EngineProcess.Role
     ROLE_ENGINE_CORE: EngineProcess.Role
     ROLE_WORKER: EngineProcess.Role
+    class EnvironmentEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     ROLE_FIELD_NUMBER: _ClassVar[int]
     PID_FIELD_NUMBER: _ClassVar[int]
     VLLM_VERSION_FIELD_NUMBER: _ClassVar[int]
     SEAMS_FIELD_NUMBER: _ClassVar[int]
     MODEL_RUNNER_FIELD_NUMBER: _ClassVar[int]
     MIXED_LOGPROBS_STEPS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    ENVIRONMENT_FIELD_NUMBER: _ClassVar[int]
     role: EngineProcess.Role
     pid: int
     vllm_version: str
     seams: _containers.RepeatedScalarFieldContainer[str]
     model_runner: str
     mixed_logprobs_steps: int
-    def __init__(self, role: _Optional[_Union[EngineProcess.Role, str]] = ..., pid: _Optional[int] = ..., vllm_version: _Optional[str] = ..., seams: _Optional[_Iterable[str]] = ..., model_runner: _Optional[str] = ..., mixed_logprobs_steps: _Optional[int] = ...) -> None: ...
+    instance: int
+    environment: _containers.ScalarMap[str, str]
+    def __init__(self, role: _Optional[_Union[EngineProcess.Role, str]] = ..., pid: _Optional[int] = ..., vllm_version: _Optional[str] = ..., seams: _Optional[_Iterable[str]] = ..., model_runner: _Optional[str] = ..., mixed_logprobs_steps: _Optional[int] = ..., instance: _Optional[int] = ..., environment: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Versions(_message.Message):
     __slots__ = ("server", "vllm", "torch", "python", "grpc")

@@ -40,6 +40,12 @@ class InferenceServiceStub(object):
     GetServerStatus with include_engine_processes), the server was started with a bearer token,
     and the call's `authorization: Bearer <token>` metadata is missing or wrong. Without a token
     configured every RPC is open.
+
+    A server may run several engine instances (its --instances flag; GetServerStatusResponse.instances):
+    each Generate goes to the least-loaded instance that serves (the fewest requests in flight there),
+    Abort finds the request on whichever instance runs it. Besides this service's health name, each
+    instance reports under its own: gonka.mlnode.v1.InferenceService/instance-{index} (NOT_SERVING once its
+    engine is stuck or dead); the service itself stays SERVING while any instance serves.
     """
 
     def __init__(self, channel):
@@ -85,6 +91,12 @@ class InferenceServiceServicer(object):
     GetServerStatus with include_engine_processes), the server was started with a bearer token,
     and the call's `authorization: Bearer <token>` metadata is missing or wrong. Without a token
     configured every RPC is open.
+
+    A server may run several engine instances (its --instances flag; GetServerStatusResponse.instances):
+    each Generate goes to the least-loaded instance that serves (the fewest requests in flight there),
+    Abort finds the request on whichever instance runs it. Besides this service's health name, each
+    instance reports under its own: gonka.mlnode.v1.InferenceService/instance-{index} (NOT_SERVING once its
+    engine is stuck or dead); the service itself stays SERVING while any instance serves.
     """
 
     def Generate(self, request, context):
@@ -97,12 +109,13 @@ class InferenceServiceServicer(object):
         - ALREADY_EXISTS (DUPLICATE_REQUEST_ID): request_id is in use by an active request.
         - RESOURCE_EXHAUSTED (TOO_MANY_STREAMS): the server's stream bound is reached; RetryInfo.
         - UNAVAILABLE, with RetryInfo: SHUTTING_DOWN, POC_IN_PROGRESS (a mining round runs),
-        ENGINE_PAUSED. UNAVAILABLE (ENGINE_DEAD), without RetryInfo: the engine has died.
+        ENGINE_PAUSED. UNAVAILABLE (ENGINE_DEAD), without RetryInfo: every instance's engine has died.
         Ended after some messages:
         - UNAVAILABLE (POC_PREEMPTED), with RetryInfo: a mining round started; the outputs' last
         messages (FINISH_REASON_ABORT) were delivered first.
         - UNAVAILABLE (ENGINE_DEAD); INTERNAL (INTERNAL_ERROR): the engine or the server failed the
-        request (logged on the server).
+        request (logged on the server). ENGINE_DEAD's message names the instance whose engine died
+        when the server runs several; the others serve on, so a retry is served.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -127,9 +140,11 @@ class InferenceServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def GetServerStatus(self, request, context):
-        """Live load and health as the engine sees it, versions, and the contract revision. When the
-        engine is stuck the answer is OK at once with engine_problem set (no call into the engine).
-        Errors: DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
+        """Live load and health as the engines see it (each instance's in `instances`), versions, and the
+        contract revision. An engine that is stuck is not called (its entry says why); with one instance
+        the answer is then OK at once with engine_problem set.
+        Errors, with one instance only (an instance of several reports its failure in its entry):
+        DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
         --engine-call-timeout; UNAVAILABLE (ENGINE_DEAD); INTERNAL (INTERNAL_ERROR).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -182,6 +197,12 @@ class InferenceService(object):
     GetServerStatus with include_engine_processes), the server was started with a bearer token,
     and the call's `authorization: Bearer <token>` metadata is missing or wrong. Without a token
     configured every RPC is open.
+
+    A server may run several engine instances (its --instances flag; GetServerStatusResponse.instances):
+    each Generate goes to the least-loaded instance that serves (the fewest requests in flight there),
+    Abort finds the request on whichever instance runs it. Besides this service's health name, each
+    instance reports under its own: gonka.mlnode.v1.InferenceService/instance-{index} (NOT_SERVING once its
+    engine is stuck or dead); the service itself stays SERVING while any instance serves.
     """
 
     @staticmethod

@@ -98,7 +98,7 @@ class GetRoundStatusResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[RoundStatus, _Mapping]] = ...) -> None: ...
 
 class RoundStatus(_message.Message):
-    __slots__ = ("round_id", "state", "parameters", "nonces_produced", "nonces_per_second_last_minute", "nonces_per_second_round", "last_sequence", "rejected_batches", "seconds_outside_forward_per_batch", "forward_seconds_per_batch", "seconds_to_first_batch", "started_at_unix", "failure", "callback", "preempted_streams", "kv_blocks_note", "seconds_stop_to_last_forward")
+    __slots__ = ("round_id", "state", "parameters", "nonces_produced", "nonces_per_second_last_minute", "nonces_per_second_round", "last_sequence", "rejected_batches", "seconds_outside_forward_per_batch", "forward_seconds_per_batch", "seconds_to_first_batch", "started_at_unix", "failure", "callback", "preempted_streams", "kv_blocks_note", "seconds_stop_to_last_forward", "groups")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +116,7 @@ class RoundStatus(_message.Message):
     PREEMPTED_STREAMS_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_NOTE_FIELD_NUMBER: _ClassVar[int]
     SECONDS_STOP_TO_LAST_FORWARD_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
     round_id: str
     state: RoundState
     parameters: StartRoundRequest
@@ -133,7 +134,22 @@ class RoundStatus(_message.Message):
     preempted_streams: int
     kv_blocks_note: str
     seconds_stop_to_last_forward: float
-    def __init__(self, round_id: _Optional[str] = ..., state: _Optional[_Union[RoundState, str]] = ..., parameters: _Optional[_Union[StartRoundRequest, _Mapping]] = ..., nonces_produced: _Optional[int] = ..., nonces_per_second_last_minute: _Optional[float] = ..., nonces_per_second_round: _Optional[float] = ..., last_sequence: _Optional[int] = ..., rejected_batches: _Optional[int] = ..., seconds_outside_forward_per_batch: _Optional[float] = ..., forward_seconds_per_batch: _Optional[float] = ..., seconds_to_first_batch: _Optional[float] = ..., started_at_unix: _Optional[float] = ..., failure: _Optional[str] = ..., callback: _Optional[_Union[CallbackCounts, _Mapping]] = ..., preempted_streams: _Optional[int] = ..., kv_blocks_note: _Optional[str] = ..., seconds_stop_to_last_forward: _Optional[float] = ...) -> None: ...
+    groups: _containers.RepeatedCompositeFieldContainer[GroupStatus]
+    def __init__(self, round_id: _Optional[str] = ..., state: _Optional[_Union[RoundState, str]] = ..., parameters: _Optional[_Union[StartRoundRequest, _Mapping]] = ..., nonces_produced: _Optional[int] = ..., nonces_per_second_last_minute: _Optional[float] = ..., nonces_per_second_round: _Optional[float] = ..., last_sequence: _Optional[int] = ..., rejected_batches: _Optional[int] = ..., seconds_outside_forward_per_batch: _Optional[float] = ..., forward_seconds_per_batch: _Optional[float] = ..., seconds_to_first_batch: _Optional[float] = ..., started_at_unix: _Optional[float] = ..., failure: _Optional[str] = ..., callback: _Optional[_Union[CallbackCounts, _Mapping]] = ..., preempted_streams: _Optional[int] = ..., kv_blocks_note: _Optional[str] = ..., seconds_stop_to_last_forward: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupStatus, _Mapping]]] = ...) -> None: ...
+
+class GroupStatus(_message.Message):
+    __slots__ = ("group_id", "instance", "state", "nonces_produced", "failure")
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    NONCES_PRODUCED_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_FIELD_NUMBER: _ClassVar[int]
+    group_id: int
+    instance: int
+    state: RoundState
+    nonces_produced: int
+    failure: str
+    def __init__(self, group_id: _Optional[int] = ..., instance: _Optional[int] = ..., state: _Optional[_Union[RoundState, str]] = ..., nonces_produced: _Optional[int] = ..., failure: _Optional[str] = ...) -> None: ...
 
 class CallbackCounts(_message.Message):
     __slots__ = ("delivered", "pending", "spooled", "given_up", "failed_attempts")
@@ -150,16 +166,20 @@ class CallbackCounts(_message.Message):
     def __init__(self, delivered: _Optional[int] = ..., pending: _Optional[int] = ..., spooled: _Optional[int] = ..., given_up: _Optional[int] = ..., failed_attempts: _Optional[int] = ...) -> None: ...
 
 class ArtifactBatch(_message.Message):
-    __slots__ = ("sequence", "nonces", "vectors", "k_dim")
+    __slots__ = ("sequence", "nonces", "vectors", "k_dim", "group_id", "instance")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     NONCES_FIELD_NUMBER: _ClassVar[int]
     VECTORS_FIELD_NUMBER: _ClassVar[int]
     K_DIM_FIELD_NUMBER: _ClassVar[int]
+    GROUP_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     nonces: _containers.RepeatedScalarFieldContainer[int]
     vectors: bytes
     k_dim: int
-    def __init__(self, sequence: _Optional[int] = ..., nonces: _Optional[_Iterable[int]] = ..., vectors: _Optional[bytes] = ..., k_dim: _Optional[int] = ...) -> None: ...
+    group_id: int
+    instance: int
+    def __init__(self, sequence: _Optional[int] = ..., nonces: _Optional[_Iterable[int]] = ..., vectors: _Optional[bytes] = ..., k_dim: _Optional[int] = ..., group_id: _Optional[int] = ..., instance: _Optional[int] = ...) -> None: ...
 
 class SubscribeArtifactsRequest(_message.Message):
     __slots__ = ("round_id", "after_sequence")

@@ -118,10 +118,18 @@ class PocServiceServicer(object):
         the last int32 nonce of this node and group (state STOPPED). Nonces: spec section 8,
         node_id + group_id*node_count + x*(group_count*node_count) for x = 0, 1, 2, ..., batch_size at
         a time.
+        A server of several engine instances (InferenceService's GetServerStatusResponse.instances) runs
+        one nonce group on each instance that serves at StartRound, as the network's deployed node does:
+        the i-th of them in index order is group i of group_count = their number (RoundStatus.groups;
+        instances that do not serve then sit the round out). Each group mines its own sequence above, in
+        order; the round's batches interleave the groups' (ArtifactBatch.group_id, .instance). A group
+        whose engine fails ends alone (GroupStatus.failure) while the others mine on; the round fails
+        once every group has. Inference is held off on every instance for the whole round.
         Errors (no round is started):
         - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
         - INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field): a missing or impossible
-        parameter (each field of StartRoundRequest and PocParams says which values it takes).
+        parameter (each field of StartRoundRequest and PocParams says which values it takes); on a
+        server of several instances, group_id or group_count set.
         - FAILED_PRECONDITION (MODEL_MISMATCH, field params.model): params.model is not the served
         model.
         - ALREADY_EXISTS (ROUND_ALREADY_RUNNING), only for parameters that passed the checks above: a
@@ -185,7 +193,9 @@ class PocServiceServicer(object):
     def ComputeArtifacts(self, request, context):
         """Artifacts of an explicit nonce list (any order, duplicates allowed), in batches in the list's
         order, on KV blocks borrowed beside live inference (inference is not preempted), inside or
-        outside a round. A batch whose KV blocks are not free waits up to --poc-block-wait-s (default
+        outside a round. On a server of several engine instances the batches are computed on every
+        instance that serves, side by side (each on its own engine's blocks; ArtifactBatch.instance), and
+        still sent in the list's order; a batch whose instance's engine dies is computed again on another. A batch whose KV blocks are not free waits up to --poc-block-wait-s (default
         2 s), then is split in halves (down to one nonce), so batches can be smaller than batch_size.
         The stream ends with status OK after the last batch.
         Errors before any message: UNAVAILABLE (SHUTTING_DOWN), with RetryInfo;

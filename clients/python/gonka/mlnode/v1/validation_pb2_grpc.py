@@ -88,7 +88,9 @@ class ValidationServiceServicer(object):
         the engine than the bound). One response per item is streamed as it completes (not in request
         order), tagged with the item's index, and the stream ends with status OK after the last. A bad
         item, or one whose replay this node could not finish, gets its own ItemError without failing the
-        others: a verdict is only given on a replay that ran to the record's own end (see ItemError).
+        others: a verdict is only given on a replay that ran to the record's own end (see ItemError). On a
+        server of several engine instances each replay goes to the least-loaded instance that serves, as
+        Generate.
         Errors before any response:
         - INVALID_ARGUMENT (INVALID_FIELD, field items): no items, or more than the server's limit
         (1024).
@@ -109,12 +111,15 @@ class ValidationServiceServicer(object):
         progress message per batch run (batches of batch_size claims in request order, split when KV
         blocks are short), then the summary, then ends with status OK. Runs beside live inference on
         borrowed KV blocks (a batch waits up to --poc-block-wait-s for free blocks, then is halved),
-        and during a mining round. Malformed or non-finite claimed vectors are mismatches, not errors;
-        a claim whose nonce this node computes as non-finite counts in n_total but never as a mismatch
-        (a batch that comes back non-finite is split until the non-finite nonces stand alone, so that
-        one such nonce hides no other claim). Every claim gets its own entry in a progress message; a
-        nonce claimed more than once is judged once, counted once in n_total and listed in the
-        summary's duplicate_nonces.
+        and during a mining round. On a server of several engine instances the batches are computed on
+        every instance that serves, side by side, each on KV blocks borrowed from its own engine beside
+        its live inference; the progress still comes in request order, and a batch whose instance's
+        engine dies is computed again on another. Malformed or non-finite claimed vectors are mismatches,
+        not errors; a claim whose nonce this node computes as non-finite counts in n_total but never as a
+        mismatch (a batch that comes back non-finite is split until the non-finite nonces stand alone, so
+        that one such nonce hides no other claim). Every claim gets its own entry in a progress message; a
+        nonce claimed more than once is judged once, counted once in n_total and listed in the summary's
+        duplicate_nonces.
         Errors before any message:
         - INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field): a missing block_hash,
         public_key, params, stat_test or one of its fields; a stat_test value out of range; no
@@ -127,7 +132,7 @@ class ValidationServiceServicer(object):
         - RESOURCE_EXHAUSTED (KV_BLOCKS_EXHAUSTED), with RetryInfo: not even one nonce's KV blocks were
         free after the wait.
         - DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
-        --engine-call-timeout. UNAVAILABLE (ENGINE_DEAD): the engine died. INTERNAL
+        --engine-call-timeout. UNAVAILABLE (ENGINE_DEAD): every instance's engine died. INTERNAL
         (INTERNAL_ERROR): another engine or server failure (logged).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
