@@ -98,7 +98,14 @@ class Spec:
     prompt: dict[str, Any]  # build_request's prompt= or token_ids=
 
     def fields(self) -> dict[str, Any]:
-        return dict(**self.prompt, max_tokens=self.cell.tokens, ignore_eos=True, seed=self.seed, top_logprobs=TOP_K, **SETTINGS[self.cell.setting])
+        return dict(
+            **self.prompt,
+            max_tokens=self.cell.tokens,
+            ignore_eos=True,
+            seed=self.seed,
+            top_logprobs=TOP_K,
+            **SETTINGS[self.cell.setting],
+        )
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,9 @@ def specs(records_per_cell: int, seed: int) -> list[Spec]:
 async def honest_item(aio: AsyncInferenceClient, spec: Spec) -> vpb.InferenceItem:
     """The record of one honest generation, as an item that states no mode anywhere."""
     fields = spec.fields()
-    generation = await aio.generate(build_request(**fields, logprobs_mode=spec.cell.mode, chain_top_logprobs=True), timeout=RPC_TIMEOUT_SECONDS)
+    generation = await aio.generate(
+        build_request(**fields, logprobs_mode=spec.cell.mode, chain_top_logprobs=True), timeout=RPC_TIMEOUT_SECONDS
+    )
     output = generation.first
     if len(output.token_ids) != spec.cell.tokens or output.logprobs_mode != spec.cell.mode:
         raise study.ServerMisbehaved(f"{spec.cell.name}: {len(output.token_ids)} tokens in mode {output.logprobs_mode}")
@@ -148,7 +157,9 @@ async def honest_item(aio: AsyncInferenceClient, spec: Spec) -> vpb.InferenceIte
 async def verdicts(aio: AsyncInferenceClient, items: Sequence[vpb.InferenceItem]) -> list[vpb.InferenceVerdict]:
     found: dict[int, vpb.InferenceVerdict] = {}
     for start in range(0, len(items), MAX_ITEMS_PER_CALL):
-        async for response in aio.validate_inference(list(items[start : start + MAX_ITEMS_PER_CALL]), timeout=RPC_TIMEOUT_SECONDS):
+        async for response in aio.validate_inference(
+            list(items[start : start + MAX_ITEMS_PER_CALL]), timeout=RPC_TIMEOUT_SECONDS
+        ):
             if response.WhichOneof("outcome") != "verdict":
                 raise study.ServerMisbehaved(f"item {start + response.index}: {response}")
             found[start + response.index] = response.verdict
@@ -189,9 +200,17 @@ async def tampered_comparison(aio: AsyncInferenceClient, tampered: list[Tampered
     stated = await verdicts(aio, [record.item for record in tampered])
     without = await verdicts(aio, [unstated(record.item) for record in tampered])
     rows = [
-        {"mode": record.mode, "setting": record.setting, "factor": record.factor,
-         "stated_passed": a.passed, "stated_similarity": a.similarity, "unstated_passed": b.passed,
-         "unstated_similarity": b.similarity, "unstated_mode": MODE_NAMES.get(b.mode), "unstated_source": SOURCE_NAMES.get(b.mode_source)}
+        {
+            "mode": record.mode,
+            "setting": record.setting,
+            "factor": record.factor,
+            "stated_passed": a.passed,
+            "stated_similarity": a.similarity,
+            "unstated_passed": b.passed,
+            "unstated_similarity": b.similarity,
+            "unstated_mode": MODE_NAMES.get(b.mode),
+            "unstated_source": SOURCE_NAMES.get(b.mode_source),
+        }
         for record, a, b in zip(tampered, stated, without)
     ]
     return {
@@ -260,14 +279,22 @@ async def record_missing(aio: AsyncInferenceClient, made: Sequence[Spec], progre
             progress.add_item(index, await honest_item(aio, made[index]))
 
     for mode in MODES:
-        await asyncio.gather(*(recorded(index) for index, spec in enumerate(made) if spec.cell.mode == mode and index not in progress.items))
+        await asyncio.gather(
+            *(
+                recorded(index)
+                for index, spec in enumerate(made)
+                if spec.cell.mode == mode and index not in progress.items
+            )
+        )
 
 
 async def validate_missing(aio: AsyncInferenceClient, count: int, progress: Progress) -> None:
     missing = [index for index in range(count) if index not in progress.verdicts]
     for start in range(0, len(missing), MAX_ITEMS_PER_CALL):
         chunk = missing[start : start + MAX_ITEMS_PER_CALL]
-        async for response in aio.validate_inference([progress.items[index] for index in chunk], timeout=RPC_TIMEOUT_SECONDS):
+        async for response in aio.validate_inference(
+            [progress.items[index] for index in chunk], timeout=RPC_TIMEOUT_SECONDS
+        ):
             if response.WhichOneof("outcome") != "verdict":
                 raise study.ServerMisbehaved(f"item {chunk[response.index]}: {response}")
             progress.add_verdict(chunk[response.index], response.verdict)
@@ -278,14 +305,20 @@ async def run(target: str, args: argparse.Namespace) -> dict[str, Any]:
     progress = Progress(args.cache)
     async with AsyncInferenceClient(target) as aio:
         started = time.perf_counter()
-        print(f"recording {len(made)} honest records ({args.records} per cell, {len(made) // args.records} cells; "
-              f"{len(progress.items)} already made) ...", flush=True)
+        print(
+            f"recording {len(made)} honest records ({args.records} per cell, {len(made) // args.records} cells; "
+            f"{len(progress.items)} already made) ...",
+            flush=True,
+        )
         await record_missing(aio, made, progress, args.max_num_seqs)
         if not progress.tampered:
             print("recording the one-forward study's records and their tampered copies ...", flush=True)
             progress.add_tampered(await study_tampered(aio, study.parse_args([]).seed))
         record_seconds = time.perf_counter() - started
-        print(f"validating the honest records with no mode stated (threshold {THRESHOLD}; {len(progress.verdicts)} already judged) ...", flush=True)
+        print(
+            f"validating the honest records with no mode stated (threshold {THRESHOLD}; {len(progress.verdicts)} already judged) ...",
+            flush=True,
+        )
         started = time.perf_counter()
         await validate_missing(aio, len(made), progress)
         validate_seconds = time.perf_counter() - started
@@ -293,8 +326,14 @@ async def run(target: str, args: argparse.Namespace) -> dict[str, Any]:
         tampered = await tampered_comparison(aio, progress.tampered)
     judged = [progress.verdicts[index] for index in range(len(made))]
     outcomes = [
-        Outcome(spec.cell, verdict.passed, verdict.similarity, MODE_NAMES.get(verdict.mode, "?"), SOURCE_NAMES.get(verdict.mode_source, "?"),
-                verdict.modes_indistinguishable)
+        Outcome(
+            spec.cell,
+            verdict.passed,
+            verdict.similarity,
+            MODE_NAMES.get(verdict.mode, "?"),
+            SOURCE_NAMES.get(verdict.mode_source, "?"),
+            verdict.modes_indistinguishable,
+        )
         for spec, verdict in zip(made, judged)
     ]
     return {
@@ -303,7 +342,10 @@ async def run(target: str, args: argparse.Namespace) -> dict[str, Any]:
         "threshold": THRESHOLD,
         "record_seconds": record_seconds,
         "validate_seconds": validate_seconds,
-        "cells": [cell_summary(cell, [o for o in outcomes if o.cell == cell]) for cell in dict.fromkeys(o.cell for o in outcomes)],
+        "cells": [
+            cell_summary(cell, [o for o in outcomes if o.cell == cell])
+            for cell in dict.fromkeys(o.cell for o in outcomes)
+        ],
         "tampered": tampered,
         "outcomes": [asdict(o) for o in outcomes],
     }
@@ -351,11 +393,17 @@ def report(figures: dict[str, Any]) -> tuple[str, bool]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=REPO_ROOT / PEAKED_MODEL_DIR, help="the peaked embedded model (default)")
+    parser.add_argument(
+        "--model", type=Path, default=REPO_ROOT / PEAKED_MODEL_DIR, help="the peaked embedded model (default)"
+    )
     parser.add_argument("--records", type=int, default=50, help="honest records per cell (default 50: 1200 in all)")
     parser.add_argument("--seed", type=int, default=20261203)
-    parser.add_argument("--max-num-seqs", type=int, default=64, help="rows per engine step, and records made at once (default 64)")
-    parser.add_argument("--cache", type=Path, help="keep the records and verdicts here as they come; a rerun resumes from them")
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=64, help="rows per engine step, and records made at once (default 64)"
+    )
+    parser.add_argument(
+        "--cache", type=Path, help="keep the records and verdicts here as they come; a rerun resumes from them"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures (and every record's outcome) here")
     return parser.parse_args(argv)
 
@@ -366,7 +414,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"no model at {args.model}: `make test` builds the peaked model")
     log_path = Path(tempfile.mkdtemp(prefix="unstated-mode-")) / "server.log"
     started = time.perf_counter()
-    server = start_server(log_path, ["--model", str(args.model), *SHARED_SERVER_FLAGS, "--max-num-seqs", str(args.max_num_seqs)])
+    server = start_server(
+        log_path, ["--model", str(args.model), *SHARED_SERVER_FLAGS, "--max-num-seqs", str(args.max_num_seqs)]
+    )
     try:
         figures = asyncio.run(run(server.target, args))
     finally:

@@ -163,7 +163,9 @@ class MlnodeEngine:
         """Ends the requests (given by their client-side ids) with finish reason abort."""
         streams = self._token_streams.streams_of(request_ids)
         streamed = {stream.external_request_id for stream in streams}
-        await self._abort_on_both_paths(streams, [request_id for request_id in request_ids if request_id not in streamed])
+        await self._abort_on_both_paths(
+            streams, [request_id for request_id in request_ids if request_id not in streamed]
+        )
 
     async def abort_all(self) -> int:
         """Ends every request in flight, on both paths, with finish reason abort; returns how many."""
@@ -196,7 +198,9 @@ class MlnodeEngine:
     async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
         """One PoC batch on KV blocks borrowed for it inside the same engine-core call
         (engine_ext.poc.block_lease); the result says when too few blocks were free."""
-        return PocBatchResult.from_wire(await self._guarded("PoC forward (utility call mlnode_poc_forward)", self._poc_call(batch)))
+        return PocBatchResult.from_wire(
+            await self._guarded("PoC forward (utility call mlnode_poc_forward)", self._poc_call(batch))
+        )
 
     async def compile_poc_forward(self) -> None:
         """Compiles the PoC forward now (for an engine with `poc_compiled`), so that no round or validation
@@ -210,16 +214,26 @@ class MlnodeEngine:
         are free for that, a small batch compiles it. A CPU tunes nothing at run time: a small batch."""
         result = await self._prepare_call(small=current_platform.is_cpu())
         if result.status == BATCH_INSUFFICIENT_BLOCKS:
-            log.warning("compiling the PoC forward on a small batch: %d KV blocks free, %d needed for a full-size one", result.free_blocks, result.needed_blocks)
+            log.warning(
+                "compiling the PoC forward on a small batch: %d KV blocks free, %d needed for a full-size one",
+                result.free_blocks,
+                result.needed_blocks,
+            )
             result = await self._prepare_call(small=True)
         if result.status != BATCH_OK:
-            raise PocForwardUnprepared(f"the compiled PoC forward's first batch came back {result.status}: {result.detail}")
+            raise PocForwardUnprepared(
+                f"the compiled PoC forward's first batch came back {result.status}: {result.detail}"
+            )
 
     async def _prepare_call(self, small: bool) -> PocBatchResult:
         config = self._llm.vllm_config
         scheduler = config.scheduler_config
-        nonces, seq_len = (2, PREPARE_SEQ_LEN) if small else full_size_shape(
-            scheduler.max_num_batched_tokens, scheduler.max_num_seqs, config.model_config.max_model_len
+        nonces, seq_len = (
+            (2, PREPARE_SEQ_LEN)
+            if small
+            else full_size_shape(
+                scheduler.max_num_batched_tokens, scheduler.max_num_seqs, config.model_config.max_model_len
+            )
         )
         batch = PocBatch(PREPARE_BLOCK_HASH, PREPARE_PUBLIC_KEY, tuple(range(nonces)), seq_len, PREPARE_K_DIM, False)
         try:
@@ -250,7 +264,9 @@ class MlnodeEngine:
         return await self._utility("mlnode_process_report")
 
     async def worker_reports(self) -> list[dict[str, Any]]:
-        return await self._guarded("worker report (collective_rpc mlnode_process_report)", self._llm.collective_rpc("mlnode_process_report"))
+        return await self._guarded(
+            "worker report (collective_rpc mlnode_process_report)", self._llm.collective_rpc("mlnode_process_report")
+        )
 
     def tokenizer(self) -> Any:
         """The served model's (Hugging Face) tokenizer, as the engine itself uses it."""
@@ -310,7 +326,8 @@ def speculation_refusal(request: GenerationRequest, mode: LogprobsMode) -> Reque
         return RequestRejected("replays (enforced tokens) are not served while speculative decoding is on", "request")
     if request.top_logprobs is not None and mode != LogprobsMode.PROCESSED:
         return RequestRejected(
-            f"{mode.value} are not served while speculative decoding is on: only processed_logprobs are", "logprobs_mode"
+            f"{mode.value} are not served while speculative decoding is on: only processed_logprobs are",
+            "logprobs_mode",
         )
     return None
 

@@ -136,7 +136,10 @@ def _default_model_environment(args: AsyncEngineArgs, model_dir: Path) -> dict[s
     log.info(
         "KV cache: %d GiB, for %d sequences of %d tokens (the default model's whole context at the "
         "batch's full concurrency); set %s (GiB) to change it",
-        gib, max_num_seqs, max_model_len, CPU_KV_CACHE_ENV,
+        gib,
+        max_num_seqs,
+        max_model_len,
+        CPU_KV_CACHE_ENV,
     )
     return {CPU_KV_CACHE_ENV: str(gib)}
 

@@ -73,7 +73,9 @@ def require_v1_model_runner_asked() -> None:
         )
 
 
-def require_processed_default_under_speculation(engine_args: AsyncEngineArgs, default_logprobs_mode: LogprobsMode) -> None:
+def require_processed_default_under_speculation(
+    engine_args: AsyncEngineArgs, default_logprobs_mode: LogprobsMode
+) -> None:
     """Under speculative decoding every request's logprobs are processed (engine.speculation_refusal):
     a raw default would refuse every request that asks for logprobs without naming a mode."""
     if engine_args.speculative_config is not None and default_logprobs_mode != LogprobsMode.PROCESSED:

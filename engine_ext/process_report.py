@@ -24,7 +24,12 @@ def describe_this_process() -> dict[str, Any]:
     from engine_ext.seams import installed_seams
 
     environment = {name: os.environ[name] for name in REPORTED_VARIABLES if name in os.environ}
-    return {"pid": os.getpid(), "vllm_version": vllm.__version__, "seams": installed_seams(), "environment": environment}
+    return {
+        "pid": os.getpid(),
+        "vllm_version": vllm.__version__,
+        "seams": installed_seams(),
+        "environment": environment,
+    }
 
 
 def describe_model_runner(runner: Any) -> dict[str, Any]:
@@ -33,4 +38,7 @@ def describe_model_runner(runner: Any) -> dict[str, Any]:
 
     kind = type(runner)
     # The V1 runners of every platform (CPU, XPU...) derive from the GPU one; the V2 runners do not.
-    return {"model_runner": f"{kind.__module__}.{kind.__qualname__}", "v1_model_runner": isinstance(runner, GPUModelRunner)}
+    return {
+        "model_runner": f"{kind.__module__}.{kind.__qualname__}",
+        "v1_model_runner": isinstance(runner, GPUModelRunner),
+    }

@@ -125,7 +125,9 @@ class ReplayRows(LogitsProcessor):
             return sampled
         tokens = [self._rows[index].next_enforced_token() for index in rows]
         forced = sampled.clone()
-        forced[self._on_device(rows, torch.long, sampled.device)] = self._on_device(tokens, sampled.dtype, sampled.device)
+        forced[self._on_device(rows, torch.long, sampled.device)] = self._on_device(
+            tokens, sampled.dtype, sampled.device
+        )
         return forced
 
     def _on_device(self, values: list[Any], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -160,7 +162,9 @@ def _row_state(params: SamplingParams, output_token_ids: list[int]) -> RowState 
     mode = extra.get(LOGPROBS_MODE_ARG) if params.logprobs is not None else None
     if enforced is None and mode is None:
         return None
-    return RowState(None if enforced is None else [int(token) for token in enforced], output_token_ids, mode, params.logprobs)
+    return RowState(
+        None if enforced is None else [int(token) for token in enforced], output_token_ids, mode, params.logprobs
+    )
 
 
 def find_replay_rows(sampling_metadata: Any) -> ReplayRows | None:

@@ -16,9 +16,15 @@ class MlnodeWorkerExtension:
         runner = describe_model_runner(self.model_runner)
         # A V2 runner has no V1 input batch; the server refuses it on this report (MlnodeEngine.require_extension).
         replay = replay_rows_of(self.model_runner.input_batch.logitsprocs) if runner["v1_model_runner"] else None
-        return {**describe_this_process(), **runner, "mixed_logprobs_steps": 0 if replay is None else replay.mixed_steps}
+        return {
+            **describe_this_process(),
+            **runner,
+            "mixed_logprobs_steps": 0 if replay is None else replay.mixed_steps,
+        }
 
-    def mlnode_poc_forward(self, wire_batch: dict[str, Any], block_ids: list[list[int]], compiled: bool) -> dict[str, Any] | None:
+    def mlnode_poc_forward(
+        self, wire_batch: dict[str, Any], block_ids: list[list[int]], compiled: bool
+    ) -> dict[str, Any] | None:
         """One PoC batch on this rank (engine_ext.poc.worker_forward), on KV blocks the engine core
         borrowed for it, with the compiled or the eager forward; None on ranks that do not compute
         the head."""

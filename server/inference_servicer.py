@@ -33,7 +33,6 @@ from server.translation import GenerationPlan, RequestTranslator
 from server.translation.prompt import PromptLimits
 
 
-
 class InferenceServicer:
     def __init__(
         self,
@@ -81,7 +80,11 @@ class InferenceServicer:
                             for message in encoder.encode(step):
                                 yield message
                             if step.finished:
-                                if _aborted(step) and not entry.abort_requested and self._admission.gate.closings != gate_closings:
+                                if (
+                                    _aborted(step)
+                                    and not entry.abort_requested
+                                    and self._admission.gate.closings != gate_closings
+                                ):
                                     # A mining round started while it ran, and aborted it.
                                     failure = self._admission.gate.preemption()
                                 break
@@ -153,7 +156,8 @@ class InferenceServicer:
         )
         # Every instance at once: one stuck or slow engine delays the answer by its own call only.
         reports = await asyncio.gather(
-            *(_instance_report(instance, request.include_engine_processes) for instance in self._instances), return_exceptions=True
+            *(_instance_report(instance, request.include_engine_processes) for instance in self._instances),
+            return_exceptions=True,
         )
         if len(reports) == 1 and isinstance(reports[0], Exception):
             # One engine: its failure is the answer's (an instance of several is reported in its entry instead).
@@ -173,8 +177,14 @@ class InferenceServicer:
         else:
             # No engine answers: why (with one instance, exactly as before there were instances).
             problems = [entry.engine_problem for entry in response.instances if entry.engine_problem]
-            response.engine_problem = problems[0] if len(self._instances) == 1 and problems else "; ".join(
-                f"instance {entry.index}: {entry.engine_problem}" for entry in response.instances if entry.engine_problem
+            response.engine_problem = (
+                problems[0]
+                if len(self._instances) == 1 and problems
+                else "; ".join(
+                    f"instance {entry.index}: {entry.engine_problem}"
+                    for entry in response.instances
+                    if entry.engine_problem
+                )
             )
         return response
 
@@ -183,6 +193,7 @@ class InferenceServicer:
             return decode_request(message_class, raw)
         except ServiceError as error:
             await abort_with(context, error)
+
 
 def _aborted(step: GenerationStep) -> bool:
     return any(delta.finish is not None and delta.finish.reason is FinishReason.ABORT for delta in step.outputs)
@@ -229,7 +240,9 @@ async def _instance_report(instance: EngineInstance, include_processes: bool) ->
     entry.waiting_requests = state.waiting
     entry.kv_cache_usage = state.kv_cache_usage
     if include_processes:
-        report.processes.append(_engine_process(instance.index, pb.EngineProcess.ROLE_ENGINE_CORE, await engine.engine_core_report()))
+        report.processes.append(
+            _engine_process(instance.index, pb.EngineProcess.ROLE_ENGINE_CORE, await engine.engine_core_report())
+        )
         for worker in await engine.worker_reports():
             report.processes.append(_engine_process(instance.index, pb.EngineProcess.ROLE_WORKER, worker))
     return report

@@ -213,9 +213,7 @@ def _seeded_tensor(name: str, shape: tuple[int, ...]) -> "torch.Tensor":
 
 def _write_build_info(out_dir: Path, variant: Variant | ShapeVariant) -> None:
     digests = {
-        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(out_dir.iterdir())
-        if path.is_file()
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(out_dir.iterdir()) if path.is_file()
     }
     info = {"weight_seed": WEIGHT_SEED, "files_sha256": digests, **variant.build_info_fields()}
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")

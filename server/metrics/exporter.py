@@ -43,7 +43,9 @@ class ForwardedRegistry(Collector):
 
 
 class ServerMetrics:
-    def __init__(self, options: MetricsOptions, instances: EngineInstances, rounds: RoundControl, callbacks: CallbackSender) -> None:
+    def __init__(
+        self, options: MetricsOptions, instances: EngineInstances, rounds: RoundControl, callbacks: CallbackSender
+    ) -> None:
         self.registry = CollectorRegistry()
         # The first of the server's interceptors (server.metrics.rpc_interceptor says why).
         self.interceptor = MetricsInterceptor(RpcMetrics(self.registry))
@@ -53,7 +55,9 @@ class ServerMetrics:
         self.registry.register(CallbackMetrics(callbacks))
         self.registry.register(InstanceMetrics(instances))
         self.registry.register(ForwardedRegistry(REGISTRY))
-        self.registry.register(InstanceRegistries([(instance.index, instance.engine.metrics_registry()) for instance in instances]))
+        self.registry.register(
+            InstanceRegistries([(instance.index, instance.engine.metrics_registry()) for instance in instances])
+        )
         self._endpoint = MetricsEndpoint(self.registry, options)
 
     async def start(self, engine_logs_stats: bool) -> None:

@@ -77,7 +77,11 @@ class MiningGroup:
 
     def status(self) -> poc_pb2.GroupStatus:
         return poc_pb2.GroupStatus(
-            group_id=self.group_id, instance=self.instance.index, state=self.state.value, nonces_produced=self.nonces_produced, failure=self.failure
+            group_id=self.group_id,
+            instance=self.instance.index,
+            state=self.state.value,
+            nonces_produced=self.nonces_produced,
+            failure=self.failure,
         )
 
 
@@ -157,7 +161,9 @@ class MiningRound:
     async def _mine(self, group: MiningGroup) -> None:
         """One group's batch loop, until the round stops, the group fails or its nonces run out."""
         params = self.params
-        batches = nonce_batches(params.node_id, params.node_count, group.group_id, params.group_count, params.batch_size)
+        batches = nonce_batches(
+            params.node_id, params.node_count, group.group_id, params.group_count, params.batch_size
+        )
         pending: deque[tuple[list[int], asyncio.Future[PocBatchResult]]] = deque()
         upcoming = next(batches, None)
         try:
@@ -168,7 +174,9 @@ class MiningRound:
                         group.first_issue_at = self._clock()
                         if self._first_issue_at is None:
                             self._first_issue_at = group.first_issue_at
-                    batch = poc_batch(params.artifacts, upcoming, after or (), withdrawn_if_exists=str(group.withdrawal.path))
+                    batch = poc_batch(
+                        params.artifacts, upcoming, after or (), withdrawn_if_exists=str(group.withdrawal.path)
+                    )
                     call = group.instance.engine.poc_forward(batch)
                     pending.append((upcoming, asyncio.ensure_future(call)))
                     upcoming = after
@@ -223,7 +231,9 @@ class MiningRound:
             group.consecutive_rejections += 1
             log.warning("round %s: batch rejected%s (%s)", self.round_id, self._group_words(group), result.detail)
             if group.consecutive_rejections >= MAX_CONSECUTIVE_REJECTIONS:
-                raise RoundFailed(f"{group.consecutive_rejections} consecutive batches had non-finite values ({result.detail})")
+                raise RoundFailed(
+                    f"{group.consecutive_rejections} consecutive batches had non-finite values ({result.detail})"
+                )
             return
         group.consecutive_rejections = 0
         for sink in self._sinks:
@@ -257,8 +267,10 @@ class MiningRound:
         if not self._outside_samples:
             return forward
         per_sample = 1000 / self._outside_samples
-        return (f"{forward}, outside it {self._outside_seconds * per_sample:.2f} ms, of which waiting for inputs "
-                f"{self._input_wait_seconds * per_sample:.2f} ms and the head {self._head_seconds * per_sample:.2f} ms")
+        return (
+            f"{forward}, outside it {self._outside_seconds * per_sample:.2f} ms, of which waiting for inputs "
+            f"{self._input_wait_seconds * per_sample:.2f} ms and the head {self._head_seconds * per_sample:.2f} ms"
+        )
 
     def status(self) -> poc_pb2.RoundStatus:
         status = poc_pb2.RoundStatus(
@@ -282,7 +294,11 @@ class MiningRound:
             status.seconds_stop_to_last_forward = max(0.0, self._last_forward_returned_at - self._stop_requested_at)
         if self._first_batch_at is not None:
             status.seconds_to_first_batch = self._first_batch_at - self._requested_at
-        if self._first_issue_at is not None and self._last_done_at is not None and self._last_done_at > self._first_issue_at:
+        if (
+            self._first_issue_at is not None
+            and self._last_done_at is not None
+            and self._last_done_at > self._first_issue_at
+        ):
             end = self._last_done_at
             status.nonces_per_second_round = self.nonces_produced / (end - self._first_issue_at)
             window_start = max(self._first_issue_at, end - RATE_WINDOW_SECONDS)

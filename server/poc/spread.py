@@ -29,7 +29,13 @@ Pieces = list[tuple[list[int], PocBatchResult]]
 
 
 class _Spread:
-    def __init__(self, instances: Sequence[EngineInstance], params: ArtifactParams, batches: Sequence[Sequence[int]], notes: KvBlockNotes) -> None:
+    def __init__(
+        self,
+        instances: Sequence[EngineInstance],
+        params: ArtifactParams,
+        batches: Sequence[Sequence[int]],
+        notes: KvBlockNotes,
+    ) -> None:
         self._params = params
         self._batches = batches
         self._notes = notes

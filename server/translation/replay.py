@@ -14,7 +14,9 @@ LOGPROBS_MODES: dict[int, LogprobsMode | None] = {
     pb.LOGPROBS_MODE_PROCESSED: LogprobsMode.PROCESSED,
 }
 # The contract's value of each mode (the inverse of LOGPROBS_MODES).
-LOGPROBS_MODE_VALUES: dict[LogprobsMode, int] = {mode: value for value, mode in LOGPROBS_MODES.items() if mode is not None}
+LOGPROBS_MODE_VALUES: dict[LogprobsMode, int] = {
+    mode: value for value, mode in LOGPROBS_MODES.items() if mode is not None
+}
 
 
 def logprobs_mode(request: pb.GenerateRequest) -> LogprobsMode | None:

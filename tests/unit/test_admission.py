@@ -18,7 +18,11 @@ def test_streams_beyond_the_bound_are_refused_until_one_ends() -> None:
             with admission.stream():
                 pass
         error = refused.value
-        assert (error.code, error.reason_name, error.retry_after_seconds) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_STREAMS", 1.0)
+        assert (error.code, error.reason_name, error.retry_after_seconds) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "TOO_MANY_STREAMS",
+            1.0,
+        )
         assert "--max-concurrent-streams" in error.message
     with admission.stream():
         pass  # both slots came back, the refused attempt took none
@@ -86,7 +90,11 @@ def test_a_waiting_slot_waits_for_a_free_one_within_the_same_bound() -> None:
         assert admission.streams == 0
         return events
 
-    assert asyncio.run(scenario()) == ["first runs with 2 slot(s) held", "second waits", "second runs with 2 slot(s) held"]
+    assert asyncio.run(scenario()) == [
+        "first runs with 2 slot(s) held",
+        "second waits",
+        "second runs with 2 slot(s) held",
+    ]
 
 
 def test_waiting_replays_are_refused_once_the_server_closes() -> None:

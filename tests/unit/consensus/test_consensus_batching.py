@@ -100,7 +100,9 @@ def test_fused_tile_plumbing_with_an_emulated_kernel(monkeypatch: pytest.MonkeyP
     for stronger in (False, True):
         for tile in (16, 90, None):
             fused = torch.empty((4, 5, 9), dtype=torch.bfloat16)
-            C.generate_inputs(fused, BH, PK, NONCES[:4], stronger_rng=stronger, tile_elements=tile, backend="cuda_fused")
+            C.generate_inputs(
+                fused, BH, PK, NONCES[:4], stronger_rng=stronger, tile_elements=tile, backend="cuda_fused"
+            )
             plain = torch.empty_like(fused)
             C.generate_inputs(plain, BH, PK, NONCES[:4], stronger_rng=stronger, backend="torch")
             assert torch.equal(fused, plain), (stronger, tile)
