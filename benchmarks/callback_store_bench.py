@@ -26,21 +26,20 @@ import tempfile
 import time
 from pathlib import Path
 from statistics import median
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc  # noqa: E402
-import numpy as np  # noqa: E402
+import grpc
+import numpy as np
 
-from gonka.mlnode.client import AsyncInferenceClient  # noqa: E402
-from gonka.mlnode.v1 import poc_pb2_grpc  # noqa: E402
-from server.poc.callback_store import CallbackStore  # noqa: E402
-from server.poc.callbacks import ArtifactCallback, CallbackIdentity  # noqa: E402
-from server.poc.store_lock import StoreLock  # noqa: E402
-from benchmarks.poc_bench import mining  # noqa: E402
-from tests.support.http_receiver import HttpReceiver  # noqa: E402
-from tests.support.server_process import start_server  # noqa: E402
+from benchmarks.poc_bench import mining
+from gonka.mlnode.client import AsyncInferenceClient
+from gonka.mlnode.v1 import poc_pb2_grpc
+from server.poc.callback_store import CallbackStore
+from server.poc.callbacks import ArtifactCallback, CallbackIdentity
+from server.poc.store_lock import StoreLock
+from tests.support.http_receiver import HttpReceiver
+from tests.support.server_process import start_server
 
 K = 12
 

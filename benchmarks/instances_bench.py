@@ -46,14 +46,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc  # noqa: E402
+import grpc
 
-from benchmarks.serving.cpu_accounting import CLOCK_TICKS_PER_SECOND, process_cpu_ticks  # noqa: E402
-from gonka.mlnode.client import AsyncInferenceClient, build_request  # noqa: E402
-from gonka.mlnode.v1 import inference_pb2 as pb  # noqa: E402
-from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc  # noqa: E402
-from server.embedded_model import DEFAULT_MODEL_DIR  # noqa: E402
-from tests.support.server_process import REPO_ROOT, ServerProcess, engine_environment, start_server  # noqa: E402
+from benchmarks.serving.cpu_accounting import CLOCK_TICKS_PER_SECOND, process_cpu_ticks
+from gonka.mlnode.client import AsyncInferenceClient, build_request
+from gonka.mlnode.v1 import inference_pb2 as pb
+from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
+from server.embedded_model import DEFAULT_MODEL_DIR
+from tests.support.server_process import REPO_ROOT, ServerProcess, engine_environment, start_server
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
 TOP_LOGPROBS = 5

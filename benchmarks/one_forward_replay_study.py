@@ -60,17 +60,17 @@ from typing import Any, TypeVar
 # Run as a script, only benchmarks/ is on the path; tests/support and engine_ext live at the root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine_ext.chain_lists import chain_top_lists  # noqa: E402
-from engine_ext.consensus import sequence_distance  # noqa: E402
-from engine_ext.consensus.inference_distance import Position  # noqa: E402
-from engine_ext.inference_verdict import judge_inference  # noqa: E402
-from engine_ext.logprob_padding import pad_masked_entries  # noqa: E402
-from engine_ext.outputs import LogprobColumns  # noqa: E402
-from gonka.mlnode.client import AsyncInferenceClient, Generation, build_request, inference_item  # noqa: E402
-from gonka.mlnode.v1 import inference_pb2 as pb  # noqa: E402
-from gonka.mlnode.v1 import validation_pb2 as vpb  # noqa: E402
-from server.embedded_model import PEAKED_MODEL_DIR  # noqa: E402
-from tests.support.server_process import REPO_ROOT, SHARED_SERVER_FLAGS, start_server  # noqa: E402
+from engine_ext.chain_lists import chain_top_lists
+from engine_ext.consensus import sequence_distance
+from engine_ext.consensus.inference_distance import Position
+from engine_ext.inference_verdict import judge_inference
+from engine_ext.logprob_padding import pad_masked_entries
+from engine_ext.outputs import LogprobColumns
+from gonka.mlnode.client import AsyncInferenceClient, Generation, build_request, inference_item
+from gonka.mlnode.v1 import inference_pb2 as pb
+from gonka.mlnode.v1 import validation_pb2 as vpb
+from server.embedded_model import PEAKED_MODEL_DIR
+from tests.support.server_process import REPO_ROOT, SHARED_SERVER_FLAGS, start_server
 
 MODES = ("raw", "processed")
 
@@ -322,7 +322,7 @@ class Filters:
     top_p: float  # 1.0: off
 
     @classmethod
-    def of(cls, request: pb.GenerateRequest) -> "Filters":
+    def of(cls, request: pb.GenerateRequest) -> Filters:
         sampling = request.sampling
         temperature = sampling.temperature if sampling.HasField("temperature") else 1.0
         top_k = sampling.top_k if sampling.HasField("top_k") else 0
@@ -629,8 +629,10 @@ def mode_lines(mode: str, summary: dict[str, Any]) -> list[str]:
     stage = summary["two_stage"]
     lines = [
         f"{mode} mode: {summary['items']} items ({summary['tampered_items']} tampered), one-forward derivable for {summary['derivable']}",
-        f"  verdicts agreeing with the decode replay: {summary['verdicts_agree']} / {summary['derivable']} "
-        f"(passed: decode {summary['decode_passed']}, one-forward {summary['one_forward_passed']})",
+        (
+            f"  verdicts agreeing with the decode replay: {summary['verdicts_agree']} / {summary['derivable']} "
+            f"(passed: decode {summary['decode_passed']}, one-forward {summary['one_forward_passed']})"
+        ),
         "  distance one-forward vs original (honest): median {median}, max {max}".format(
             **map_figures(summary["one_forward_vs_original_honest"])
         ),
@@ -643,9 +645,11 @@ def mode_lines(mode: str, summary: dict[str, Any]) -> list[str]:
         "  distance one-forward vs decode (direct):    median {median}, max {max}".format(
             **map_figures(summary["one_forward_vs_decode_direct_honest"])
         ),
-        f"  two-stage: agrees with margin 0: {stage['agrees_with_margin_0']}; smallest agreeing margin {stage['smallest_agreeing_margin']:.6f} "
-        f"({stage['decode_replays_at_that_margin']} of {stage['items']} items decode-replayed); largest similarity gap "
-        f"{stage['largest_similarity_gap']:.6f} ({stage['decode_replays_at_gap_margin']} decode-replayed at that margin)",
+        (
+            f"  two-stage: agrees with margin 0: {stage['agrees_with_margin_0']}; smallest agreeing margin {stage['smallest_agreeing_margin']:.6f} "
+            f"({stage['decode_replays_at_that_margin']} of {stage['items']} items decode-replayed); largest similarity gap "
+            f"{stage['largest_similarity_gap']:.6f} ({stage['decode_replays_at_gap_margin']} decode-replayed at that margin)"
+        ),
     ]
     for reason, count in summary["not_derivable_by_reason"].items():
         lines.append(f"  not derivable ({count}): {reason}")

@@ -41,8 +41,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.poc_bench import parse_shape  # noqa: E402
-from benchmarks.trace_gaps import report as idle_report  # noqa: E402
+from benchmarks.poc_bench import parse_shape
+from benchmarks.trace_gaps import report as idle_report
 
 BLOCK_HASH = "0x5eed"
 PUBLIC_KEY = "bench-public-key"

@@ -31,11 +31,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc  # noqa: E402
+import grpc
 
-from gonka.mlnode.client import AsyncInferenceClient  # noqa: E402
-from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc  # noqa: E402
-from tests.support.server_process import start_server  # noqa: E402
+from gonka.mlnode.client import AsyncInferenceClient
+from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
+from tests.support.server_process import start_server
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
 

@@ -56,15 +56,14 @@ from typing import Any, TypeVar
 # installed package) and benchmarks.serving are found from the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gonka.mlnode.client import AsyncInferenceClient, Generation, ServerError, build_request, inference_item  # noqa: E402
-from gonka.mlnode.v1 import inference_pb2 as pb  # noqa: E402
-from gonka.mlnode.v1 import validation_pb2 as vpb  # noqa: E402
-
-from benchmarks.serving.errors import BenchmarkError  # noqa: E402
-from benchmarks.serving.machine import machine_description  # noqa: E402
-from benchmarks.serving.progress import progress  # noqa: E402
-from benchmarks.serving.settings import DEFAULT_MODEL, ENGINE_ENV, ENGINE_FLAGS  # noqa: E402
-from tests.support.server_process import engine_environment, start_server  # noqa: E402
+from benchmarks.serving.errors import BenchmarkError
+from benchmarks.serving.machine import machine_description
+from benchmarks.serving.progress import progress
+from benchmarks.serving.settings import DEFAULT_MODEL, ENGINE_ENV, ENGINE_FLAGS
+from gonka.mlnode.client import AsyncInferenceClient, Generation, ServerError, build_request, inference_item
+from gonka.mlnode.v1 import inference_pb2 as pb
+from gonka.mlnode.v1 import validation_pb2 as vpb
+from tests.support.server_process import engine_environment, start_server
 
 STREAMS = 64
 TOP_LOGPROBS = 5
@@ -638,8 +637,10 @@ def replay_section(part: PartResult, args: argparse.Namespace) -> list[str]:
         summary_table(part),
         "",
         *(comparison.line() for comparison in part.comparisons),
-        f"- every replay delivered exactly its enforced tokens; largest |logprob| difference of a replayed token from "
-        f"the reference: {checks.largest_logprob_difference:.2e}",
+        (
+            f"- every replay delivered exactly its enforced tokens; largest |logprob| difference of a replayed token from "
+            f"the reference: {checks.largest_logprob_difference:.2e}"
+        ),
         f"- timed plain rounds that reproduced the reference tokens (same seeds): {matching}",
     ]
 
@@ -652,10 +653,12 @@ def modes_section(part: PartResult, args: argparse.Namespace) -> list[str]:
         summary_table(part),
         "",
         *(comparison.line() for comparison in part.comparisons),
-        f"- last round of each: {checks.streams_same_tokens}/{STREAMS} streams had the same tokens in all three; of those, "
-        f"mixed rows closer to their own mode's homogeneous batch than to the other's: {checks.mixed_rows_closer_to_own_mode}; "
-        f"largest |logprob| difference mixed row vs its own mode's batch: {optional(checks.mixed_vs_own_mode)} "
-        f"(raw vs processed of one stream: up to {optional(checks.raw_vs_processed)})",
+        (
+            f"- last round of each: {checks.streams_same_tokens}/{STREAMS} streams had the same tokens in all three; of those, "
+            f"mixed rows closer to their own mode's homogeneous batch than to the other's: {checks.mixed_rows_closer_to_own_mode}; "
+            f"largest |logprob| difference mixed row vs its own mode's batch: {optional(checks.mixed_vs_own_mode)} "
+            f"(raw vs processed of one stream: up to {optional(checks.raw_vs_processed)})"
+        ),
     ]
 
 
@@ -664,14 +667,18 @@ def validate_section(part: PartResult, args: argparse.Namespace) -> list[str]:
     return [
         f"### 3. ValidateInference ({args.items} items of {args.validate_tokens} tokens, threshold {THRESHOLD}) against plain Generate",
         "",
-        "`ValidateInference`: one call with every item, timed from sending it to the last verdict. `plain`: the same "
-        f"{args.items} recording requests (top-{TOP_LOGPROBS}, processed, chain lists) as concurrent Generate streams.",
+        (
+            "`ValidateInference`: one call with every item, timed from sending it to the last verdict. `plain`: the same "
+            f"{args.items} recording requests (top-{TOP_LOGPROBS}, processed, chain lists) as concurrent Generate streams."
+        ),
         "",
         summary_table(part, unit="items"),
         "",
         *(comparison.line() for comparison in part.comparisons),
-        f"- verdicts: all {figures.items_per_call} items passed in each of {figures.calls} timed call(s); lowest similarity "
-        f"{figures.lowest_similarity:.6f}; replay mode {', '.join(figures.modes)} (stated in the items)",
+        (
+            f"- verdicts: all {figures.items_per_call} items passed in each of {figures.calls} timed call(s); lowest similarity "
+            f"{figures.lowest_similarity:.6f}; replay mode {', '.join(figures.modes)} (stated in the items)"
+        ),
     ]
 
 
@@ -684,17 +691,23 @@ def report(results: Results, args: argparse.Namespace, machine: dict[str, Any], 
     lines = [
         "## Replay benchmark",
         "",
-        f"- machine: {machine['cpu']}, {machine['cores']} cores ({machine['usable_cores']} usable), "
-        f"{machine['memory_gib']} GiB; {machine['platform']}",
+        (
+            f"- machine: {machine['cpu']}, {machine['cores']} cores ({machine['usable_cores']} usable), "
+            f"{machine['memory_gib']} GiB; {machine['platform']}"
+        ),
         f"- software: {machine['vllm']}, grpcio {machine['grpcio']}, Python {machine['python']}",
         f"- command: {shlex.join(sys.orig_argv)}",
         f"- server: python -m server {engine}",
-        f"- streams: token-id prompt ({len(PROMPT_IDS)} tokens), ignore_eos, temperature {TEMPERATURE}, a distinct seed "
-        f"per stream, top-{TOP_LOGPROBS} logprobs; tokens/s = a round's tokens over first request sent to last token received; "
-        "decode tokens/s = the tokens that arrived after every stream had its first token (the prefill steps over), "
-        "over that window",
-        f"- measuring: per part an untimed warm-up, then {args.repeats} cycle(s) of one measured round per configuration, "
-        "the order rotated per cycle; figures are medians over the cycles, comparisons medians of per-cycle ratios",
+        (
+            f"- streams: token-id prompt ({len(PROMPT_IDS)} tokens), ignore_eos, temperature {TEMPERATURE}, a distinct seed "
+            f"per stream, top-{TOP_LOGPROBS} logprobs; tokens/s = a round's tokens over first request sent to last token received; "
+            "decode tokens/s = the tokens that arrived after every stream had its first token (the prefill steps over), "
+            "over that window"
+        ),
+        (
+            f"- measuring: per part an untimed warm-up, then {args.repeats} cycle(s) of one measured round per configuration, "
+            "the order rotated per cycle; figures are medians over the cycles, comparisons medians of per-cycle ratios"
+        ),
         f"- whole run: {wall / 60:.1f} min",
         "",
         *replay_section(results.replay, args),

@@ -178,9 +178,11 @@ def launch_lead(device: list[Span], host_calls: list[Span], lo: float, hi: float
         if call.name not in LAUNCH_CALLS and lo <= call.start < hi and call.end - call.start >= MIN_GAP_US:
             waits[call.name].append(call.end - call.start)
     lines = [
-        f"the host's lead over the device (kernel start - its launch's end), {len(leads)} launches: "
-        f"min {leads[0] / 1e3:.2f} ms, median {leads[len(leads) // 2] / 1e3:.2f} ms, max {leads[-1] / 1e3:.2f} ms; "
-        f"last launch at {(last_launch - lo) / 1e3:+.1f} ms of {(hi - lo) / 1e3:.1f} ms",
+        (
+            f"the host's lead over the device (kernel start - its launch's end), {len(leads)} launches: "
+            f"min {leads[0] / 1e3:.2f} ms, median {leads[len(leads) // 2] / 1e3:.2f} ms, max {leads[-1] / 1e3:.2f} ms; "
+            f"last launch at {(last_launch - lo) / 1e3:+.1f} ms of {(hi - lo) / 1e3:.1f} ms"
+        ),
         f"host calls of at least {MIN_GAP_US:.0f} us other than launches:",
     ]
     for name, lengths in sorted(waits.items(), key=lambda item: -sum(item[1])):
@@ -203,8 +205,10 @@ def report(path: Path, window: str | None, rows: int) -> str:
     wall = hi - lo
     idle = sum(gap.length for gap in gaps)
     lines = [
-        f"{path.name}: device busy {busy / 1e3:.1f} ms of {wall / 1e3:.1f} ms ({busy / wall:.1%}); "
-        f"{len(gaps)} idle gaps >= {MIN_GAP_US:.0f} us, {idle / 1e3:.1f} ms in all"
+        (
+            f"{path.name}: device busy {busy / 1e3:.1f} ms of {wall / 1e3:.1f} ms ({busy / wall:.1%}); "
+            f"{len(gaps)} idle gaps >= {MIN_GAP_US:.0f} us, {idle / 1e3:.1f} ms in all"
+        )
     ]
     by_launcher: dict[str, list[float]] = defaultdict(list)
     by_call: dict[str, float] = defaultdict(float)

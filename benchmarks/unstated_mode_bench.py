@@ -47,12 +47,12 @@ from typing import Any
 # Run as a script, only benchmarks/ is on the path; tests/support, engine_ext and the study live beside it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import benchmarks.one_forward_replay_study as study  # noqa: E402
-from gonka.mlnode.client import AsyncInferenceClient, build_request, inference_item  # noqa: E402
-from gonka.mlnode.v1 import inference_pb2 as pb  # noqa: E402
-from gonka.mlnode.v1 import validation_pb2 as vpb  # noqa: E402
-from server.embedded_model import PEAKED_MODEL_DIR  # noqa: E402
-from tests.support.server_process import REPO_ROOT, SHARED_SERVER_FLAGS, start_server  # noqa: E402
+import benchmarks.one_forward_replay_study as study
+from gonka.mlnode.client import AsyncInferenceClient, build_request, inference_item
+from gonka.mlnode.v1 import inference_pb2 as pb
+from gonka.mlnode.v1 import validation_pb2 as vpb
+from server.embedded_model import PEAKED_MODEL_DIR
+from tests.support.server_process import REPO_ROOT, SHARED_SERVER_FLAGS, start_server
 
 MODES = ("raw", "processed")
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -382,9 +382,11 @@ def report(figures: dict[str, Any]) -> tuple[str, bool]:
     flipped = tampered["failed_stated_passed_unstated"]
     lines += [
         f"goal (every record passes, right >= {GOAL_RIGHT_SHARE:.0%} in every cell): {'met' if honest_met else 'MISSED'}",
-        f"one-forward study's tampered records (threshold {study.THRESHOLD}): {tampered['records']}; failed with the mode stated "
-        f"{tampered['failed_stated']}, without it {tampered['failed_unstated']}; failed stated but passed unstated: {len(flipped)}; "
-        f"passed stated but failed unstated: {tampered['passed_stated_failed_unstated']}",
+        (
+            f"one-forward study's tampered records (threshold {study.THRESHOLD}): {tampered['records']}; failed with the mode stated "
+            f"{tampered['failed_stated']}, without it {tampered['failed_unstated']}; failed stated but passed unstated: {len(flipped)}; "
+            f"passed stated but failed unstated: {tampered['passed_stated_failed_unstated']}"
+        ),
         f"goal (every tampered record that failed with its mode stated fails without it): {'met' if not flipped else 'MISSED'}",
         f"wall time: recording (or reading) {figures['record_seconds']:.0f} s, validating the honest records {figures['validate_seconds']:.0f} s",
     ]

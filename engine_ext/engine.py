@@ -35,8 +35,8 @@ from engine_ext.packed_logprobs import request_packed_logprobs
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, PocBatch, PocBatchResult
 from engine_ext.request_outputs import RequestOutputReader
 from engine_ext.seams import seams_for_installed_vllm
-from engine_ext.vllm_version import UnsupportedVllmVersion, require_v1_model_runners
 from engine_ext.token_streams import TokenStreams, token_stream_possible
+from engine_ext.vllm_version import UnsupportedVllmVersion, require_v1_model_runners
 
 log = logging.getLogger(__name__)
 

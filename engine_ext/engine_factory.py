@@ -11,9 +11,9 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from engine_ext.consensus.logprobs_mode import DEFAULT_MODE, LogprobsMode
+from engine_ext.device_slices import DeviceSlice, overlaid_environment
 from engine_ext.engine import MlnodeEngine
 from engine_ext.engine_args import STRUCTURED_OUTPUT_BACKEND, USAGE_CONTEXT, EngineSettings
-from engine_ext.device_slices import DeviceSlice, overlaid_environment
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.engine_metrics import claim_engine_metrics
 from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY

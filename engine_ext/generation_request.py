@@ -13,9 +13,9 @@ from typing import Any
 
 from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
 
+from engine_ext.both_logprobs_modes import both_modes_width
 from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.errors import RequestRejected
-from engine_ext.both_logprobs_modes import both_modes_width
 from engine_ext.replay_rows import BOTH_LOGPROBS_MODES, LOGPROBS_MODE_ARG, REPLAY_TOKENS_ARG
 from engine_ext.seams import seams_for_installed_vllm
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-
 # What decides where a process runs and how its ranks talk, as the process itself sees it: its instance's device
 # slice (engine_ext.device_slices) and the host's NVLink-multicast settings, which every engine must get
 # (mlnode-http-api.md section 7). /proc/<pid>/environ cannot tell: vLLM's process titles overwrite it.

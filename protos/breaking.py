@@ -56,8 +56,10 @@ class Verdict:
         if self.undeclared:
             lines += [
                 "",
-                f"{len(self.undeclared)} breaking change(s) not declared. If deliberate, add to protos/BREAKING_CHANGES.toml, "
-                "with the reason clients can live with it:",
+                (
+                    f"{len(self.undeclared)} breaking change(s) not declared. If deliberate, add to protos/BREAKING_CHANGES.toml, "
+                    "with the reason clients can live with it:"
+                ),
             ]
             lines += [entry_for(finding) for finding in self.undeclared]
         if self.stale:

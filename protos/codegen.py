@@ -11,8 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from grpc_tools import protoc
 import grpc_tools
+from grpc_tools import protoc
 
 PROTO_ROOT = Path(__file__).resolve().parent
 PACKAGE_DIR = Path("gonka") / "mlnode" / "v1"

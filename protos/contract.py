@@ -33,9 +33,13 @@ def read_record(source: str) -> Record:
     """REVISION and DIGEST of a record module's source (the working tree's, or an older commit's)."""
     values = {}
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            if node.targets[0].id in ("REVISION", "DIGEST"):
-                values[node.targets[0].id] = ast.literal_eval(node.value)
+        if (
+            isinstance(node, ast.Assign)
+            and len(node.targets) == 1
+            and isinstance(node.targets[0], ast.Name)
+            and node.targets[0].id in ("REVISION", "DIGEST")
+        ):
+            values[node.targets[0].id] = ast.literal_eval(node.value)
     return Record(values["REVISION"], values["DIGEST"])
 
 

@@ -30,7 +30,7 @@ def echoed(value: str) -> str:
     length said when longer."""
     if len(value) <= ECHO_CHARS:
         return ascii(value)
-    return f"{ascii(value[:ECHO_CHARS])}... (cut: {len(value)} characters)"
+    return f"{value[:ECHO_CHARS]!a}... (cut: {len(value)} characters)"
 
 
 class ServiceError(Exception):

@@ -163,9 +163,12 @@ class InferenceServicer:
             # One engine: its failure is the answer's (an instance of several is reported in its entry instead).
             await abort_with(context, engine_failure(reports[0], None, self._admission, self._instances.first))
         answered = []
-        for instance, report in zip(self._instances, reports):
-            if isinstance(report, BaseException):
-                report = InstanceReport(_instance_entry(instance, problem=str(report) or repr(report)))
+        for instance, outcome in zip(self._instances, reports):
+            report = (
+                InstanceReport(_instance_entry(instance, problem=str(outcome) or repr(outcome)))
+                if isinstance(outcome, BaseException)
+                else outcome
+            )
             response.instances.append(report.entry)
             response.engine_processes.extend(report.processes)
             if report.entry.HasField("running_requests"):

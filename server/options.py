@@ -88,7 +88,7 @@ class ServerOptions:
         return f"{host}:{self.port}"
 
     @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "ServerOptions":
+    def from_args(cls, args: argparse.Namespace) -> ServerOptions:
         return cls(
             host=args.host,
             port=args.port,

@@ -15,10 +15,10 @@ from server.errors import ServiceError, abort_with, invalid_field
 from server.instances import EngineInstances
 from server.poc.artifact_hub import ArtifactHub, BatchEvent, EndEvent, EndReason, LostEvent, RoundNotFound
 from server.poc.batch_runner import KvBlockNotes
-from server.poc.round_control import RoundControl, round_not_found
 from server.poc.mining_round import MiningRound
-from server.poc.round_params import PocLimits, artifact_params, batch_size_of, nonce_list, round_parameters
 from server.poc.non_finite import non_finite_batch
+from server.poc.round_control import RoundControl, round_not_found
+from server.poc.round_params import PocLimits, artifact_params, batch_size_of, nonce_list, round_parameters
 from server.poc.spread import spread_batches
 from server.service_registration import decode_request
 

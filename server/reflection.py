@@ -21,7 +21,7 @@ class MethodAwarePool:
     def __init__(self, pool: descriptor_pool.DescriptorPool) -> None:
         self._pool = pool
 
-    def FindFileContainingSymbol(self, symbol: str) -> FileDescriptor:  # noqa: N802 (pool API)
+    def FindFileContainingSymbol(self, symbol: str) -> FileDescriptor:  # the pool's API names it so
         try:
             return self._pool.FindFileContainingSymbol(symbol)
         except KeyError:

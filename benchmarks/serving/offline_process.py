@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.serving.cpu_accounting import ProcessInfo, descendant_pids, describe, descendants, kill_and_reap
+from benchmarks.serving.cpu_accounting import ProcessInfo, descendant_pids, descendants, describe, kill_and_reap
 from benchmarks.serving.errors import BenchmarkError
 from benchmarks.serving.kinds import OFFLINE
 from benchmarks.serving.launcher import STOP_TIMEOUT_SECONDS

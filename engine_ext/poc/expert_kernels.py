@@ -88,7 +88,7 @@ def _gate_up_swiglu_kernel(
 
     gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(hidden, BLOCK_K)):
+    for k in range(tl.cdiv(hidden, BLOCK_K)):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=slot_mask[:, None], other=0.0)
             w_gate = tl.load(gate_ptrs, mask=col_mask[None, :], other=0.0)

@@ -85,7 +85,7 @@ def build_forward_metadata(runner: Any, batch_size: int, seq_len: int, block_ids
             attention[layer_name] = built
     return ForwardMetadata(
         attention=attention,
-        slot_mapping={layer_name: slot_mapping for layer_name in group.layer_names},
+        slot_mapping=dict.fromkeys(group.layer_names, slot_mapping),
         positions=positions,
     )
 

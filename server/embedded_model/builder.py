@@ -13,8 +13,8 @@ import hashlib
 import json
 import shutil
 import tempfile
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from server.embedded_model.variants import DEFAULT_VARIANT, ShapeVariant, Variant
@@ -199,7 +199,7 @@ def _write_configs(out_dir: Path, config: Mapping[str, Any]) -> None:
     (out_dir / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
 
 
-def _seeded_tensor(name: str, shape: tuple[int, ...]) -> "torch.Tensor":
+def _seeded_tensor(name: str, shape: tuple[int, ...]) -> torch.Tensor:
     import torch
 
     if name.endswith("norm.weight"):

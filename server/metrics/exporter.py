@@ -11,8 +11,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from server.metrics.callback_metrics import CallbackMetrics
 from server.instances import EngineInstances
+from server.metrics.callback_metrics import CallbackMetrics
 from server.metrics.endpoint import MetricsEndpoint
 from server.metrics.instance_metrics import InstanceMetrics, InstanceRegistries
 from server.metrics.options import MetricsOptions

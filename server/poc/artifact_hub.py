@@ -14,7 +14,6 @@ import enum
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 from server.errors import echoed
 
@@ -52,7 +51,7 @@ class EndEvent:
     last_sequence: int
 
 
-HubEvent = Union[BatchEvent, LostEvent, EndEvent]
+HubEvent = BatchEvent | LostEvent | EndEvent
 
 
 class RoundNotFound(LookupError):

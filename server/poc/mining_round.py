@@ -31,8 +31,8 @@ from engine_ext.errors import EngineCallTimeout
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_NON_FINITE, BATCH_WITHDRAWN, PocBatchResult
 from engine_ext.poc.withdrawal import Withdrawal
 from gonka.mlnode.v1 import poc_pb2
-from server.poc.artifact_hub import ArtifactHub
 from server.instances import EngineInstance
+from server.poc.artifact_hub import ArtifactHub
 from server.poc.batch_runner import KvBlockNotes, poc_batch
 from server.poc.round_params import RoundParameters
 

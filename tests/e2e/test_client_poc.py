@@ -139,7 +139,7 @@ def test_compute_artifacts_reproduces_the_rounds_artifacts(server: ServerProcess
     """Other batches than the round's (5 a forward, shuffled, one nonce twice): the same vectors
     within the deployed test's distance."""
     round_vectors = mined.vectors()
-    chosen = [n for n in list(round_vectors)[::2]][:11]
+    chosen = list(round_vectors)[::2][:11]
     nonces = chosen[::-1] + chosen[:1]
     with InferenceClient(server.target) as client:
         batches = list(

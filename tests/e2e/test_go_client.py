@@ -36,7 +36,9 @@ def without_token() -> dict[str, str]:
 
 
 def run_example(binary: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=120, env=without_token())
+    return subprocess.run(
+        [str(binary), *args], capture_output=True, text=True, timeout=120, env=without_token(), check=False
+    )
 
 
 def chat_args(server: ServerProcess, **sampling: float) -> list[str]:
@@ -214,7 +216,14 @@ def test_subscribe_prints_what_a_python_subscriber_receives(
         "0.05",
     ]
     validated = subprocess.run(
-        validate, input=ran.stdout, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=without_token()
+        validate,
+        input=ran.stdout,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+        env=without_token(),
+        check=False,
     )
     assert validated.returncode == 0, validated.stderr
     summary = json.loads(validated.stdout.splitlines()[-1])

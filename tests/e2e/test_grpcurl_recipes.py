@@ -27,9 +27,8 @@ from grpc_health.v1 import health_pb2
 
 from gonka.mlnode.contract import DIGEST, REVISION
 from gonka.mlnode.v1 import inference_pb2 as pb
-from gonka.mlnode.v1 import inference_pb2_grpc, poc_pb2, poc_pb2_grpc
+from gonka.mlnode.v1 import inference_pb2_grpc, poc_pb2, poc_pb2_grpc, validation_pb2_grpc
 from gonka.mlnode.v1 import validation_pb2 as vpb
-from gonka.mlnode.v1 import validation_pb2_grpc
 from tests.support.server_process import REPO_ROOT, ServerProcess
 
 RECIPES_DOC = REPO_ROOT / "docs" / "api.md"
@@ -166,9 +165,9 @@ def test_health_check_list_and_watch(run) -> None:
         == health_pb2.HealthCheckResponse.SERVING
     )
     (listed,) = messages(run("health-list"), health_pb2.HealthListResponse)
-    assert {name: status.status for name, status in listed.statuses.items()} == {
-        name: health_pb2.HealthCheckResponse.SERVING for name in ["", *SERVICES]
-    }
+    assert {name: status.status for name, status in listed.statuses.items()} == dict.fromkeys(
+        ["", *SERVICES], health_pb2.HealthCheckResponse.SERVING
+    )
     # A stream: the status at once, then nothing until a change; -max-time ends it.
     watched = messages(run("health-watch", expect_exit=DEADLINE_EXIT), health_pb2.HealthCheckResponse)
     assert watched == [health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)]

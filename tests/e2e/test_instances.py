@@ -108,7 +108,7 @@ class HeldStreams:
     """Long greedy streams running in threads until each ends; what each received and how it ended."""
 
     def __init__(self, target: str, count: int) -> None:
-        self.received = {index: 0 for index in range(count)}
+        self.received = dict.fromkeys(range(count), 0)
         self.ended: dict[int, ServerError | None] = {}
         self._threads = [
             threading.Thread(target=self._run, args=(target, index), daemon=True) for index in range(count)
@@ -324,7 +324,7 @@ def test_the_rounds_artifacts_equal_one_instances_and_validate_on_both(
 ) -> None:
     round_vectors = vectors_by_nonce(mined["batches"])
     # The first nonces of each group, and the single-instance server's artifacts of the same nonces.
-    nonces = [n for group_id in (0, 1) for n in [b for b in mined["batches"] if b.group_id == group_id][0].nonces]
+    nonces = [n for group_id in (0, 1) for n in next(b for b in mined["batches"] if b.group_id == group_id).nonces]
     single = vectors_by_nonce(client.poc.compute_artifacts("instances-block", "instances-key", model, SEQ_LEN, nonces))
     distances = [float(np.linalg.norm(round_vectors[n] - single[n])) for n in nonces]
     assert max(distances) <= L2_BOUND, distances

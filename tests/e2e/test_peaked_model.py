@@ -244,12 +244,16 @@ def test_the_issues_recorded_completion_passes_its_validation(peaked_server: Ser
             "--record",
         ),
         **run,
+        check=False,
     )
     assert recorded.returncode == 0, recorded.stderr
     [record] = [json.loads(line) for line in recorded.stdout.splitlines()]
     assert record["mode"] == "processed" and "mode" not in record["request"].get("logprobs", {})
     validated = subprocess.run(
-        cli("validate-inference", "--threshold", str(CHAIN_THRESHOLD), "--json"), input=recorded.stdout, **run
+        cli("validate-inference", "--threshold", str(CHAIN_THRESHOLD), "--json"),
+        input=recorded.stdout,
+        **run,
+        check=False,
     )
     assert validated.returncode == 0, validated.stdout + validated.stderr
     [response] = [json.loads(line) for line in validated.stdout.splitlines()]

@@ -526,9 +526,8 @@ def test_a_malformed_callback_url_is_refused_naming_the_field(
         callback_url=url,
         stat_test=validation_pb2.PocStatTest(dist_threshold=0.2, p_mismatch=0.1, p_value_threshold=0.05),
     )
-    with grpc.insecure_channel(server.target) as channel:
-        with pytest.raises(grpc.RpcError) as caught:
-            list(validation_pb2_grpc.ValidationServiceStub(channel).ValidatePocArtifacts(request, timeout=RPC_TIMEOUT))
+    with grpc.insecure_channel(server.target) as channel, pytest.raises(grpc.RpcError) as caught:
+        list(validation_pb2_grpc.ValidationServiceStub(channel).ValidatePocArtifacts(request, timeout=RPC_TIMEOUT))
     validation = refusal_of(caught.value)
     assert (validation.code, validation.reason, validation.field) == (INVALID, "INVALID_FIELD", "callback_url"), (
         validation
@@ -558,11 +557,10 @@ def test_an_unknown_id_of_any_length_is_not_found_and_echoed_cut(
             "round_id",
         ), (call, refusal)
         assert f"(cut: {length} characters)" in caught.value.details()
-    with grpc.insecure_channel(server.target) as channel:
-        with pytest.raises(grpc.RpcError) as caught:
-            inference_pb2_grpc.InferenceServiceStub(channel).Abort(
-                inference_pb2.AbortRequest(request_id=unknown), timeout=RPC_TIMEOUT
-            )
+    with grpc.insecure_channel(server.target) as channel, pytest.raises(grpc.RpcError) as caught:
+        inference_pb2_grpc.InferenceServiceStub(channel).Abort(
+            inference_pb2.AbortRequest(request_id=unknown), timeout=RPC_TIMEOUT
+        )
     refusal = refusal_of(caught.value)
     assert (refusal.code, refusal.reason, refusal.field) == (
         grpc.StatusCode.NOT_FOUND,

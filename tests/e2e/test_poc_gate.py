@@ -19,9 +19,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gonka.mlnode.client import AsyncInferenceClient, InferenceClient, ServerError
-from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
+from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc, validation_pb2_grpc
 from gonka.mlnode.v1 import validation_pb2 as vpb
-from gonka.mlnode.v1 import validation_pb2_grpc
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
 LONG = dict(token_ids=PROMPT_IDS, max_tokens=4000, ignore_eos=True, temperature=0.0)

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from gonka.mlnode.v1 import inference_pb2, inference_pb2_grpc, poc_pb2, poc_pb2_grpc
+from tests.support.host_memory import several_servers_at_once
 from tests.support.poc_reference import (
     RPC_TIMEOUT,
     HfPocReference,
@@ -32,7 +33,6 @@ from tests.support.poc_reference import (
     stop_running_round,
     subscribe,
 )
-from tests.support.host_memory import several_servers_at_once
 from tests.support.server_process import ServerProcess, engine_environment, start_server
 
 BLOCK_HASH = "c0ffee5a1d9e4b7f0a3c8d2e6f1b5a9c4d8e2f6a0b3c7d1e5f9a2b6c0d4e8f3a"

@@ -13,9 +13,8 @@ import pytest
 
 from engine_ext.consensus import fraud_test
 from gonka.mlnode.client import InferenceClient, ServerError
-from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
+from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc, validation_pb2_grpc
 from gonka.mlnode.v1 import validation_pb2 as vpb
-from gonka.mlnode.v1 import validation_pb2_grpc
 from tests.support.http_receiver import HttpReceiver
 
 K = 12

@@ -165,9 +165,11 @@ class TestMutualTlsWithATokenFile:
             assert failure(client.poc.round_status) == refused
 
     def test_a_wrong_token_is_refused_and_never_repeated(self, server, certificates) -> None:
-        with InferenceClient(server.target, tls=client_tls(certificates), auth_token="not-the-token") as client:
-            with pytest.raises(ServerError) as failed:
-                client.abort("no-such-request")
+        with (
+            InferenceClient(server.target, tls=client_tls(certificates), auth_token="not-the-token") as client,
+            pytest.raises(ServerError) as failed,
+        ):
+            client.abort("no-such-request")
         assert (failed.value.code.name, failed.value.reason) == ("UNAUTHENTICATED", "AUTH_TOKEN_INVALID")
         assert "not-the-token" not in str(failed.value) and FILE_TOKEN not in str(failed.value)
 
@@ -196,9 +198,8 @@ class TestMutualTlsWithATokenFile:
                 str(certificates.ca), str(certificates.stranger_cert), str(certificates.stranger_key)
             )
             client = InferenceClient(server.target, tls=stranger)
-        with client:
-            with pytest.raises(ServerError) as failed:
-                client.model_info()
+        with client, pytest.raises(ServerError) as failed:
+            client.model_info()
         assert failed.value.code == grpc.StatusCode.UNAVAILABLE
 
     def test_grpcurl_over_mutual_tls_with_the_token(self, server, certificates) -> None:
@@ -338,7 +339,7 @@ def run_go(binary: Path, *args: str, token: str | None = None) -> subprocess.Com
     env = {name: value for name, value in engine_environment().items() if name != "MLNODE_AUTH_TOKEN"}
     if token is not None:
         env["MLNODE_AUTH_TOKEN"] = token
-    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=120, env=env)
+    return subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=120, env=env, check=False)
 
 
 def run_server(*flags: str, env_token: str | None = None) -> tuple[subprocess.CompletedProcess, float]:

@@ -143,7 +143,7 @@ def test_tampered_records_fail_with_the_reason_and_the_place(client: InferenceCl
     tokens, lists = recorded.first.token_ids, recorded.first.logprobs.chain_top
     eos = client.model_info().eos_token_id
     # Logprobs near 0 where the model gives about -12: each entry about as far as the distance allows.
-    inflated = [{token: -0.001 for token in top} for top in lists]
+    inflated = [dict.fromkeys(top, -0.001) for top in lists]
     items = [
         # An end of sequence in the middle: the replay stops there.
         inference_item(request, tokens[:6] + [eos] + tokens[7:], lists, threshold=THRESHOLD),

@@ -6,7 +6,7 @@ a tenth of the network's 0.2). The model under test cannot serve here: no refere
 from __future__ import annotations
 
 from gonka.mlnode.client import InferenceClient, decode_batch
-from tests.gpu.mining import BATCH_SIZE, BLOCK_HASH, K, PUBLIC_KEY, SEQ_LEN, mine
+from tests.gpu.mining import BATCH_SIZE, BLOCK_HASH, PUBLIC_KEY, SEQ_LEN, K, mine
 from tests.gpu.servers import ServedModel
 from tests.support.poc_reference import HfPocReference, l2_distance
 

@@ -14,7 +14,7 @@ import pytest
 from gonka.mlnode.client import Generation, InferenceClient, batch_b64, build_request, inference_item
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import poc_pb2
-from tests.gpu.mining import BATCH_SIZE, BLOCK_HASH, K, PUBLIC_KEY, SEQ_LEN, MinedRound, mine
+from tests.gpu.mining import BATCH_SIZE, BLOCK_HASH, PUBLIC_KEY, SEQ_LEN, K, MinedRound, mine
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]  # "Hello world, this is a test"
 TOP_K = 5  # the network's top_logprobs

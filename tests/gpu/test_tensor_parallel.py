@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from gonka.mlnode.client import InferenceClient, decode_batch
-from tests.gpu.mining import BLOCK_HASH, K, PUBLIC_KEY, SEQ_LEN
+from tests.gpu.mining import BLOCK_HASH, PUBLIC_KEY, SEQ_LEN, K
 from tests.gpu.servers import OneServerAtATime, ServedModel
 from tests.support.poc_reference import HfPocReference, l2_distance
 

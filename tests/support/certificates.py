@@ -45,7 +45,7 @@ class _Authority:
     certificate: x509.Certificate
 
     @classmethod
-    def create(cls, common_name: str) -> "_Authority":
+    def create(cls, common_name: str) -> _Authority:
         key = ec.generate_private_key(ec.SECP256R1())
         name = _name(common_name)
         builder = (

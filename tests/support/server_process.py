@@ -8,8 +8,8 @@ import random
 import signal
 import socket
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,14 +147,14 @@ def start_server(
     `cwd`: the checkout whose server runs (a benchmark's baseline checks out another commit).
     `timeout`: seconds it may take to serve; None, startup_timeout()."""
     port = port or free_port()
-    log = open(log_path, "w")
-    process = subprocess.Popen(
-        [python, "-m", "server", "--port", str(port), *extra_args],
-        cwd=cwd,
-        env=env or engine_environment(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with open(log_path, "w") as log:  # the server writes to its own copy of the file
+        process = subprocess.Popen(
+            [python, "-m", "server", "--port", str(port), *extra_args],
+            cwd=cwd,
+            env=env or engine_environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     server = ServerProcess(process, port, log_path)
     try:
         wait_until_serving(server, timeout, credentials=credentials)

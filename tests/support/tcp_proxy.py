@@ -39,7 +39,7 @@ class TcpProxy:
         self.cut()
         self._acceptor.join(timeout=5)
 
-    def __enter__(self) -> "TcpProxy":
+    def __enter__(self) -> TcpProxy:
         return self
 
     def __exit__(

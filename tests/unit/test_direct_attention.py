@@ -4,6 +4,7 @@ the kernel is replaced by causal attention in plain torch; the GPU check runs th
 
 from __future__ import annotations
 
+import itertools
 import math
 from types import SimpleNamespace
 from typing import Any
@@ -73,7 +74,7 @@ def _causal_reference(**kwargs: Any) -> None:
     q, k, v, out, starts = kwargs["q"], kwargs["k"], kwargs["v"], kwargs["out"], kwargs["cu_seqlens_q"].tolist()
     assert kwargs["causal"] is True and kwargs["cu_seqlens_k"] is kwargs["cu_seqlens_q"]
     groups = q.shape[1] // k.shape[1]
-    for lo, hi in zip(starts, starts[1:]):
+    for lo, hi in itertools.pairwise(starts):
         qs, ks, vs = (
             q[lo:hi].transpose(0, 1),
             k[lo:hi].repeat_interleave(groups, 1).transpose(0, 1),

@@ -140,6 +140,7 @@ def interpreted(script: str, cases: list[dict[str, Any]]) -> list[dict[str, floa
         capture_output=True,
         text=True,
         timeout=300,
+        check=False,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])

@@ -29,7 +29,7 @@ class StandInEngine:
     def stick(self) -> None:
         """A call into it that never returns (stuck once it is older than stuck_after_seconds)."""
         self.hang = asyncio.get_running_loop().create_future()
-        asyncio.ensure_future(self.calls.call("a hanging call", self.hang))
+        self.hanging_call = asyncio.ensure_future(self.calls.call("a hanging call", self.hang))
 
 
 def pool(count: int, min_instances: int = 1) -> EngineInstances:
@@ -67,9 +67,8 @@ def test_dead_and_stuck_instances_get_no_new_work_while_another_serves() -> None
         instances[2].engine.errored = True
         assert [instance.index for instance in instances.available()] == [1]
         instances[1].engine.errored = True
-        with pytest.raises(EngineDead):
-            with instances.pick():
-                pass
+        with pytest.raises(EngineDead), instances.pick():
+            pass
 
     asyncio.run(scenario())
 

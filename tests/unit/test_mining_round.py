@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.errors import EngineDead
 from engine_ext.poc.batch import BATCH_NON_FINITE, BATCH_OK, BATCH_WITHDRAWN, PocBatch, PocBatchResult
+from gonka.mlnode.v1 import poc_pb2
 from server.errors import ServiceError
 from server.instances import EngineInstance, EngineInstances
 from server.poc.artifact_hub import ArtifactHub, EndEvent, EndReason, RoundNotFound
@@ -22,7 +23,6 @@ from server.poc.batch_runner import PocBatchRunner
 from server.poc.mining_round import MAX_CONSECUTIVE_REJECTIONS, RoundState
 from server.poc.priority_gate import PriorityGate
 from server.poc.round_control import RoundControl
-from gonka.mlnode.v1 import poc_pb2
 from server.poc.round_params import ArtifactParams, PocLimits, RoundParameters, round_parameters
 
 K = 2

@@ -13,7 +13,7 @@ import pytest
 
 import engine_ext.engine as engine_module
 from engine_ext.engine import PREPARE_SEQ_LEN, MlnodeEngine, PocForwardUnprepared, full_size_shape
-from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, BATCH_NON_FINITE, PocBatch, PocBatchResult
+from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_NON_FINITE, BATCH_OK, PocBatch, PocBatchResult
 
 MAX_TOKENS = 32768
 MAX_SEQS = 256

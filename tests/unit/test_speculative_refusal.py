@@ -15,8 +15,8 @@ from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.engine import speculation_refusal, speculative_decoding_on
 from engine_ext.engine_factory import EngineConfigurationError, require_processed_default_under_speculation
 from engine_ext.generation_request import GenerationRequest
-from server.engine_failures import engine_failure
 from server.admission import Admission
+from server.engine_failures import engine_failure
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 
@@ -57,7 +57,7 @@ def test_raw_logprobs_are_refused_and_processed_ones_served() -> None:
 def test_a_raw_default_does_not_start_with_speculative_decoding(speculative_args: AsyncEngineArgs) -> None:
     with pytest.raises(
         EngineConfigurationError,
-        match="raw_logprobs .--default-logprobs-mode. is not supported with --speculative-config",
+        match=r"raw_logprobs .--default-logprobs-mode. is not supported with --speculative-config",
     ):
         require_processed_default_under_speculation(speculative_args, LogprobsMode.RAW)
     require_processed_default_under_speculation(speculative_args, LogprobsMode.PROCESSED)

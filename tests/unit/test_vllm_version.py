@@ -25,7 +25,7 @@ def test_the_plugin_entry_point_refuses_another_vllm(monkeypatch: pytest.MonkeyP
     from engine_ext.plugin import register
 
     monkeypatch.setattr(vllm, "__version__", "0.20.0")
-    with pytest.raises(UnsupportedVllmVersion, match="0.20.0"):
+    with pytest.raises(UnsupportedVllmVersion, match=r"0\.20\.0"):
         register()
 
 
@@ -39,7 +39,7 @@ def test_the_engine_factory_refuses_before_starting_anything(monkeypatch: pytest
     # The arguments are built first: building them runs the plugin, which checks the version too.
     settings = EngineSettings(AsyncEngineArgs(model="/nonexistent"))
     monkeypatch.setattr(vllm, "__version__", "0.16.0")
-    with pytest.raises(UnsupportedVllmVersion, match="0.16.0"):
+    with pytest.raises(UnsupportedVllmVersion, match=r"0\.16\.0"):
         engine_factory.create_engine(settings, EngineCalls(1.0, 5.0))
 
 

@@ -62,7 +62,7 @@ class AsyncInferenceClient:
         # PocService and ValidatePocArtifacts on this channel, with this token.
         self.poc = AsyncPocClient(self._channel, self._metadata)
 
-    async def __aenter__(self) -> "AsyncInferenceClient":
+    async def __aenter__(self) -> AsyncInferenceClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -130,7 +130,7 @@ class InferenceClient:
         # PocService and ValidatePocArtifacts on this channel, with this token.
         self.poc = PocClient(self._channel, self._metadata)
 
-    def __enter__(self) -> "InferenceClient":
+    def __enter__(self) -> InferenceClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

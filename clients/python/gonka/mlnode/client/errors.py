@@ -27,7 +27,7 @@ class ServerError(Exception):
         self.retry_after_seconds = retry_after_seconds
 
     @classmethod
-    def from_rpc_error(cls, error: grpc.RpcError) -> "ServerError":
+    def from_rpc_error(cls, error: grpc.RpcError) -> ServerError:
         code = error.code()
         message = error.details() or ""
         reason = field = retry_after = None

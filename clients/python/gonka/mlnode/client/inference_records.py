@@ -88,7 +88,7 @@ def parse_item(document: Any) -> vpb.InferenceItem:
     if not isinstance(could_not_serve, bool):
         raise ValueError(f"executor_could_not_serve must be true or false, got {could_not_serve!r}")
     mode = document.get("mode")
-    if not (mode is None or isinstance(mode, str) and mode in MODES):
+    if not (mode is None or (isinstance(mode, str) and mode in MODES)):
         raise ValueError(f'mode must be "raw" or "processed", got {mode!r}')
     if could_not_serve and "token_ids" not in document:
         token_ids: list[int] = []

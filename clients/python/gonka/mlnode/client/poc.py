@@ -30,8 +30,7 @@ from gonka.mlnode.client.connection import Metadata
 from gonka.mlnode.client.errors import ServerError
 from gonka.mlnode.client.poc_requests import Claim, compute_artifacts_request, start_round_request, validate_poc_request
 from gonka.mlnode.client.subscription import RetryHook, SubscriptionCursor, ended_without_end
-from gonka.mlnode.v1 import poc_pb2
-from gonka.mlnode.v1 import poc_pb2_grpc
+from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from gonka.mlnode.v1 import validation_pb2_grpc as vpb_grpc
 
