@@ -202,7 +202,8 @@ ruff: lint-tools
 MYPY_FILES := $(if $(filter $(DEFAULT_VLLM),$(VLLM)),,$(wildcard engine_ext/seams/vllm_$(subst .,_,$(basename $(VLLM)))*.py))
 mypy-release: lint-tools $(STAMPS)/project
 	@[ "$(VLLM)" = "$(DEFAULT_VLLM)" ] || [ -n "$(MYPY_FILES)" ] || { echo "mypy: no seam module for vLLM $(VLLM)" >&2; exit 1; }
-	PYTHONPATH=$(abspath $(LINT_STUBS)) $(LINT_DIR)/bin/mypy --python-executable $(PY) --cache-dir .build/mypy/vllm-$(VLLM) $(MYPY_FILES)
+	PYTHONPATH=$(abspath $(LINT_STUBS)) $(LINT_DIR)/bin/mypy --python-executable $(PY) --cache-dir .build/mypy/vllm-$(VLLM) \
+	    $(if $(MYPY_FILES),--no-warn-unused-configs $(MYPY_FILES))
 
 mypy:
 	$(foreach release,$(SUPPORTED_VLLM),$(MAKE) --no-print-directory mypy-release VLLM=$(release) &&) true

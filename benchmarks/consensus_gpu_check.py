@@ -69,7 +69,7 @@ class Report:
 
 def conformance_checks(report: Report, stages: dict, dev: torch.device) -> None:
     k = stages["k_dim"]
-    backends = ["cuda_fused", "torch"]
+    backends: list[C.Backend] = ["cuda_fused", "torch"]
 
     def case_loop(fn: Callable[[dict], tuple[bool, str]]) -> Callable[[], tuple[bool, str]]:
         def run() -> tuple[bool, str]:
@@ -87,7 +87,7 @@ def conformance_checks(report: Report, stages: dict, dev: torch.device) -> None:
     report.check("conformance murmur + uniform on CUDA (exact)", case_loop(murmur_uniform))
     for backend in backends:
 
-        def normals(case: dict, b: str = backend) -> tuple[bool, str]:
+        def normals(case: dict, b: C.Backend = backend) -> tuple[bool, str]:
             ok, ulps = True, 0
             for n in (10, 9):
                 got = C.normal(case["input_seed"], n, device=dev, backend=b)
@@ -96,7 +96,7 @@ def conformance_checks(report: Report, stages: dict, dev: torch.device) -> None:
                 ulps = max(ulps, max_ulp(got, exp))
             return ok, f"max {ulps} ulp"
 
-        def inputs(case: dict, b: str = backend) -> tuple[bool, str]:
+        def inputs(case: dict, b: C.Backend = backend) -> tuple[bool, str]:
             ok = True
             for stronger, key in ((False, "inputs_seq4_hidden8_base"), (True, "inputs_seq4_hidden8_stronger")):
                 x = C.inputs_for_nonce(
@@ -113,14 +113,14 @@ def conformance_checks(report: Report, stages: dict, dev: torch.device) -> None:
                 ok &= close(x.flatten().tolist(), [v for row in case[key] for v in row])
             return ok, ""
 
-        def layers(case: dict, b: str = backend) -> tuple[bool, str]:
+        def layers(case: dict, b: C.Backend = backend) -> tuple[bool, str]:
             ok = True
             for layer in (0, 5):
                 v = C.layer_vector(case["block_hash"], layer, 16, device=dev, backend=b)
                 ok &= close(v.tolist(), case[f"layer_vector_{layer}_hidden16"])
             return ok, ""
 
-        def head(case: dict, b: str = backend) -> tuple[bool, str]:
+        def head(case: dict, b: C.Backend = backend) -> tuple[bool, str]:
             bh, pk, n = case["block_hash"], case["public_key"], case["nonce"]
             x = torch.tensor([case["haar_input_linspace_-1_1_12"]], dtype=torch.float32, device=dev)
             y = C.rotate(x, C.rotation_vectors(bh, pk, [n], k, device=dev, backend=b))
@@ -207,7 +207,12 @@ def cross_device_checks(report: Report, dev: torch.device) -> None:
         def inputs(stronger: bool = stronger) -> tuple[bool, str]:
             nonces = [0, 1, 31, 123456789]
             outs = {}
-            for name, device, backend in (("cpu", cpu, "torch"), ("fused", dev, "cuda_fused"), ("eager", dev, "torch")):
+            runs: tuple[tuple[str, torch.device, C.Backend], ...] = (
+                ("cpu", cpu, "torch"),
+                ("fused", dev, "cuda_fused"),
+                ("eager", dev, "torch"),
+            )
+            for name, device, backend in runs:
                 out = torch.full((4, 1024, 4096), float("nan"), dtype=torch.bfloat16, device=device)
                 outs[name] = C.generate_inputs(out, BH, PK, nonces, stronger_rng=stronger, backend=backend).cpu()
             same = torch.equal(outs["fused"], outs["eager"])

@@ -51,8 +51,9 @@ import random
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 from statistics import median
 from typing import Any, TypeVar
@@ -242,7 +243,7 @@ async def record_one(aio: AsyncInferenceClient, spec: ItemSpec, tokens: int) -> 
 
 async def record_all(aio: AsyncInferenceClient, specs: Sequence[ItemSpec], tokens: int) -> list[Record]:
     # All at once, as a busy executor batches requests of every setting together.
-    return await bounded_gather([lambda spec=spec: record_one(aio, spec, tokens) for spec in specs], len(specs))
+    return await bounded_gather([partial(record_one, aio, spec, tokens) for spec in specs], len(specs))
 
 
 def scaled_lists(chain_top: Sequence[dict[int, float]], factor: float) -> list[dict[int, float]]:
@@ -468,7 +469,7 @@ def one_forward_lists(
     filters = Filters.of(request)
     if mode == "processed":
         require_derivable_request(request)
-    replay = []
+    replay: list[tuple[int, Mapping[int, float]]] = []
     for position in positions:
         logprobs = (
             processed_logprobs(position, filters, vocab_size)
@@ -526,6 +527,12 @@ class ItemResult:
     one_forward_to_decode: float | None  # direct distance, decode lists as the reference (honest items)
 
     @property
+    def forward(self) -> Verdict:
+        """The one-forward verdict of a derivable item."""
+        assert self.one_forward is not None
+        return self.one_forward
+
+    @property
     def agrees(self) -> bool | None:
         return None if self.one_forward is None else self.one_forward.passed == self.decode.passed
 
@@ -555,11 +562,11 @@ def two_stage(results: Sequence[ItemResult]) -> dict[str, Any]:
     decode| similarity) would agree on this data whatever the verdicts."""
     screened = [result for result in results if result.one_forward is not None]
     disagreeing = [result for result in screened if not result.agrees]
-    margin = max((abs(result.one_forward.similarity - THRESHOLD) for result in disagreeing), default=0.0)
-    gap = max((abs(result.one_forward.similarity - result.decode.similarity) for result in screened), default=0.0)
+    margin = max((abs(result.forward.similarity - THRESHOLD) for result in disagreeing), default=0.0)
+    gap = max((abs(result.forward.similarity - result.decode.similarity) for result in screened), default=0.0)
 
     def decode_replays(bound: float) -> int:
-        near = sum(abs(result.one_forward.similarity - THRESHOLD) <= bound for result in screened)
+        near = sum(abs(result.forward.similarity - THRESHOLD) <= bound for result in screened)
         return near + len(results) - len(screened)
 
     return {
@@ -583,12 +590,12 @@ def mode_summary(results: Sequence[ItemResult]) -> dict[str, Any]:
         "not_derivable_by_reason": count_by(result.why_not for result in results if result.one_forward is None),
         "verdicts_agree": sum(bool(result.agrees) for result in screened),
         "decode_passed": sum(result.decode.passed for result in screened),
-        "one_forward_passed": sum(result.one_forward.passed for result in screened),
+        "one_forward_passed": sum(result.forward.passed for result in screened),
         "disagreements": [asdict(result) for result in screened if not result.agrees],
-        "one_forward_vs_original_honest": spread([result.one_forward.distance for result in honest]),
+        "one_forward_vs_original_honest": spread([result.forward.distance for result in honest]),
         "decode_vs_original_honest": spread([result.decode.distance for result in honest]),
         "one_forward_minus_decode_abs": spread(
-            [abs(result.one_forward.distance - result.decode.distance) for result in screened]
+            [abs(result.forward.distance - result.decode.distance) for result in screened]
         ),
         "one_forward_vs_decode_direct_honest": spread(direct),
         "per_config": {
@@ -606,10 +613,10 @@ def config_summary(results: Sequence[ItemResult]) -> dict[str, Any]:
         "items": len(results),
         "derivable": len(screened),
         "agree": sum(bool(result.agrees) for result in screened),
-        "one_forward_vs_original_honest_max": max((result.one_forward.distance for result in honest), default=None),
+        "one_forward_vs_original_honest_max": max((result.forward.distance for result in honest), default=None),
         "decode_vs_original_honest_max": max((result.decode.distance for result in honest), default=None),
         "abs_difference_max": max(
-            (abs(result.one_forward.distance - result.decode.distance) for result in screened), default=None
+            (abs(result.forward.distance - result.decode.distance) for result in screened), default=None
         ),
     }
 

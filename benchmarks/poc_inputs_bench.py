@@ -16,11 +16,13 @@ import json
 import statistics
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from engine_ext.consensus import generate_inputs
+from engine_ext.consensus import Backend, generate_inputs
 from tests.support.spec_reference import spec_inputs
 
 BH = "00000a1b2c3d4e5f"
@@ -95,26 +97,24 @@ def main() -> None:
     variants: list[tuple[str, bool, Callable[[torch.Tensor], None]]] = [
         ("spec per-nonce (reference)", False, lambda o: spec_batch(o, nonces, False))
     ]
-    backends = ["cuda_fused", "torch"] if cuda else ["torch"]
+    backends: list[Backend] = ["cuda_fused", "torch"] if cuda else ["torch"]
+
+    def filling(backend: Backend, **options: Any) -> Callable[[torch.Tensor], None]:
+        return lambda o: generate_inputs(o, BH, PK, nonces, backend=backend, **options)
+
     for backend in backends:
-        variants.append(
-            (f"generate_inputs {backend}", False, lambda o, b=backend: generate_inputs(o, BH, PK, nonces, backend=b))
-        )
+        variants.append((f"generate_inputs {backend}", False, filling(backend)))
     for backend in backends:
         for log2 in [int(t) for t in args.tiles.split(",") if t]:
             variants.append(
-                (
-                    f"generate_inputs {backend} tile 2^{log2}",
-                    False,
-                    lambda o, b=backend, t=1 << log2: generate_inputs(o, BH, PK, nonces, backend=b, tile_elements=t),
-                )
+                (f"generate_inputs {backend} tile 2^{log2}", False, filling(backend, tile_elements=1 << log2))
             )
     variants.append(("spec per-nonce, stronger RNG", True, lambda o: spec_batch(o, nonces, True)))
     variants.append(
         (
             f"generate_inputs {backends[0]}, stronger RNG",
             True,
-            lambda o, b=backends[0]: generate_inputs(o, BH, PK, nonces, stronger_rng=True, backend=b),
+            filling(backends[0], stronger_rng=True),
         )
     )
 
@@ -129,8 +129,8 @@ def main() -> None:
         if cuda:
             torch.cuda.synchronize(device)
         equal = True if name.startswith("spec") else bool(torch.equal(out, reference[stronger]))
-        median, samples = timed(lambda f=fill, o=out: f(o), device, repeats, warmup)
-        mib = peak_extra_mib(lambda f=fill, o=out: f(o), device)
+        median, samples = timed(partial(fill, out), device, repeats, warmup)
+        mib = peak_extra_mib(partial(fill, out), device)
         rows.append(
             {
                 "variant": name,
@@ -158,9 +158,9 @@ def main() -> None:
     print(f"|{'-' * 48}|{'-' * 12}|{'-' * 13}|{'-' * 10}|{'-' * 16}|----------------|")
     for r in rows:
         speedup = ref_ms["stronger" in r["variant"]] / r["median_ms"]
-        mib = "n/a" if r["peak_extra_mib"] is None else f"{r['peak_extra_mib']:.1f}"
+        mib_text = "n/a" if r["peak_extra_mib"] is None else f"{r['peak_extra_mib']:.1f}"
         print(
-            f"| {r['variant']:46s} | {r['median_ms']:10.2f} | {r['gnormals_per_s']:11.2f} | {speedup:7.1f}x | {mib:>14s} | "
+            f"| {r['variant']:46s} | {r['median_ms']:10.2f} | {r['gnormals_per_s']:11.2f} | {speedup:7.1f}x | {mib_text:>14s} | "
             f"{'yes' if r['bitwise_equal_to_spec'] else 'NO':>14s} |"
         )
     # Floor for orientation: the output must be written once whatever the generator does.

@@ -257,7 +257,8 @@ class Progress:
         elif "verdict" in entry:
             self.verdicts[entry["verdict"]] = vpb.InferenceVerdict.FromString(proto)
         else:
-            self.tampered.append(Tampered(*entry["tampered"], vpb.InferenceItem.FromString(proto)))
+            mode, setting, factor = entry["tampered"]
+            self.tampered.append(Tampered(mode, setting, factor, vpb.InferenceItem.FromString(proto)))
 
     def _write(self, entry: dict[str, Any]) -> None:
         if self._path is not None:

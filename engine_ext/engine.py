@@ -11,7 +11,7 @@ and collective-RPC methods the plugin registers, each bounded by EngineCalls.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncGenerator, Collection
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -93,7 +93,7 @@ class MlnodeEngine:
         self._generating: set[str] = set()
         self._paused = False
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationStep, None]:
         """Submits the request; returns its steps until every output has finished.
 
         Raises EnginePaused, RequestRejected or EngineDead here; the steps' iterator raises
@@ -136,7 +136,10 @@ class MlnodeEngine:
             # The token stream's own iterator, with no layer between it and the caller: it runs once
             # per streamed token (its failures already arrive as engine_ext errors).
             steps = self._token_streams.outputs(stream)
-        return _split_both_modes(steps, request.top_logprobs) if both else steps
+        if not both:
+            return steps
+        assert request.top_logprobs is not None  # both modes are asked for with a k (GenerationRequest)
+        return _split_both_modes(steps, request.top_logprobs)
 
     def both_logprobs_modes_fit(self, k: int) -> bool:
         """Whether a request can carry both modes' top-k lists (GenerationRequest.both_logprobs_modes):
@@ -146,7 +149,7 @@ class MlnodeEngine:
 
     async def _generated_steps(
         self, engine_request: Any, params: Any, request_id: str, reader: RequestOutputReader
-    ) -> AsyncIterator[GenerationStep]:
+    ) -> AsyncGenerator[GenerationStep, None]:
         """vLLM's generate() path, as GenerationSteps and engine_ext errors."""
         self._generating.add(request_id)
         try:
@@ -332,7 +335,9 @@ def speculation_refusal(request: GenerationRequest, mode: LogprobsMode) -> Reque
     return None
 
 
-async def _split_both_modes(steps: AsyncIterator[GenerationStep], k: int) -> AsyncIterator[GenerationStep]:
+async def _split_both_modes(
+    steps: AsyncGenerator[GenerationStep, None], k: int
+) -> AsyncGenerator[GenerationStep, None]:
     """Each output's 2k+1-wide lists as its processed `logprobs` and raw `raw_logprobs`; closing this
     closes (and so aborts) the request's own iterator."""
     async with aclosing(steps):

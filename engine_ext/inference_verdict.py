@@ -54,16 +54,16 @@ def judge_inference(
             )
     if len(executor) != len(replay):
         position = min(len(executor), len(replay))
-        executor_token = executor[position][0] if position < len(executor) else None
-        replay_token = replay[position][0] if position < len(replay) else None
+        executor_next = executor[position][0] if position < len(executor) else None
+        replay_next = replay[position][0] if position < len(replay) else None
         return InferenceJudgement(
             False,
             -1.0,
             0.0,
             InferenceFailure.LENGTH_DIFFERS,
             position,
-            executor_token,
-            replay_token,
+            executor_next,
+            replay_next,
             _found(executor, replay),
         )
     distance = sequence_distance(executor, replay, k)

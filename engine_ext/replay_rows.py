@@ -41,6 +41,7 @@ class RowState:
 
     def next_enforced_token(self) -> int:
         enforced = self.enforced
+        assert enforced is not None  # asked of replays only
         position = len(self.output_token_ids)
         return enforced[position] if position < len(enforced) else enforced[-1]
 
@@ -104,6 +105,7 @@ class ReplayRows(LogitsProcessor):
         by_k: dict[int, list[int]] = {}
         for index, state in self._rows.items():
             if state.logprobs_mode == BOTH_LOGPROBS_MODES and index < num_rows:
+                assert state.num_logprobs is not None  # both modes are asked for with logprobs
                 by_k.setdefault(k_of_both_modes_width(state.num_logprobs), []).append(index)
         return [(k, self._on_device(rows, torch.long, device)) for k, rows in by_k.items()]
 

@@ -21,7 +21,7 @@ stream's outputs away before vLLM's processing sees them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
 from vllm.sampling_params import RequestOutputKind, SamplingParams
@@ -140,7 +140,7 @@ class TokenStream:
         self._token_ids, self._packed_logprobs = [], []
         k = self.top_logprobs
         columns = LogprobColumns(*unpack(packed, k)) if k is not None and token_ids else None
-        if columns is not None and self.pad_masked:
+        if columns is not None and k is not None and self.pad_masked:
             pad_masked_entries(columns, k)
         finish = None
         if self._finish_reason is not None:
@@ -179,6 +179,7 @@ class TokenStreams:
         llm.input_processor.assign_request_id(request)
         llm._run_output_handler()  # started lazily by vLLM on its first request
         params = request.sampling_params
+        assert params is not None  # a generation request (a pooling one has no sampling params)
         stream = TokenStream(
             request.request_id,
             request_id,
@@ -196,7 +197,7 @@ class TokenStreams:
             raise
         return stream
 
-    async def outputs(self, stream: TokenStream) -> AsyncIterator[GenerationStep]:
+    async def outputs(self, stream: TokenStream) -> AsyncGenerator[GenerationStep, None]:
         """The stream's steps until its finish; leaving early (cancellation, close) aborts it in the engine."""
         loop = asyncio.get_running_loop()
         try:
@@ -277,7 +278,7 @@ class TokenStreams:
                 del streams[output.request_id]
         return others
 
-    def _failing_too(self, propagate_error: Callable[[Exception], None]) -> Callable[[Exception], None]:
+    def _failing_too(self, propagate_error: Callable[[Exception], Any]) -> Callable[..., Any]:
         def propagate_error_to_streams(error: Exception) -> None:
             streams, self._streams = list(self._streams.values()), {}
             failure = stream_failure(error)

@@ -9,6 +9,9 @@ WORKER_EXTENSION_CLASS = "engine_ext.worker_extension.MlnodeWorkerExtension"
 
 
 class MlnodeWorkerExtension:
+    # The worker's (vLLM mixes this class into its Worker): vLLM's GPU or CPU model runner, which it types per platform.
+    model_runner: Any
+
     def mlnode_process_report(self) -> dict[str, Any]:
         from engine_ext.process_report import describe_model_runner, describe_this_process
         from engine_ext.replay_rows import replay_rows_of

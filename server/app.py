@@ -265,7 +265,7 @@ async def _serve_engines(
         _listen(server, options.address, credentials.tls)
     except RuntimeError as error:
         raise StartupError(f"cannot listen on {options.address}: {error}") from error
-    if metrics is not None:
+    if metrics is not None and options.metrics is not None:  # one is None exactly when the other is
         try:
             await metrics.start(engine.logs_stats)
         except OSError as error:

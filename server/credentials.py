@@ -33,7 +33,7 @@ class TlsMaterial:
 
     def server_credentials(self) -> grpc.ServerCredentials:
         return grpc.ssl_server_credentials(
-            ((self.private_key, self.certificate_chain),),
+            [(self.private_key, self.certificate_chain)],
             root_certificates=self.client_ca,
             require_client_auth=self.client_ca is not None,
         )

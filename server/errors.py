@@ -8,9 +8,11 @@ a BadRequest field violation naming the field.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import NoReturn
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 from gonka.mlnode.v1 import errors_pb2
@@ -65,7 +67,7 @@ class ServiceError(Exception):
         info.metadata.update(self.metadata)
         if self.field:
             info.metadata["field"] = self.field
-        details = [info]
+        details: list[Message] = [info]
         if self.field:
             violation = error_details_pb2.BadRequest.FieldViolation(field=self.field, description=self.message)
             details.append(error_details_pb2.BadRequest(field_violations=[violation]))
@@ -94,6 +96,6 @@ def invalid_field(field: str, message: str, reason: int = Reason.INVALID_FIELD) 
     return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, reason, f"{field}: {message}", field=field)
 
 
-async def abort_with(context: grpc.aio.ServicerContext, error: ServiceError) -> None:
+async def abort_with(context: grpc.aio.ServicerContext, error: ServiceError) -> NoReturn:
     """Ends the RPC with `error` (raises, as grpc.aio's abort does)."""
     await context.abort(error.code, error.message, trailing_metadata=error.trailing_metadata())

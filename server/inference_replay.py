@@ -54,7 +54,7 @@ async def run_replay(instance: EngineInstance, plan: GenerationPlan, admission: 
                         )
                     elif delta.token_ids:
                         positions.extend((token, {}) for token in delta.token_ids)
-                    if raw_positions is not None and delta.raw_logprobs is not None:
+                    if raw_positions is not None and delta.raw_logprobs is not None and k is not None:
                         raw_positions.extend(
                             zip(delta.token_ids, map(dict, chain_top_lists(delta.token_ids, delta.raw_logprobs, k)))
                         )

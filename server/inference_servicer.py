@@ -251,7 +251,7 @@ async def _instance_report(instance: EngineInstance, include_processes: bool) ->
     return report
 
 
-def _engine_process(instance: int, role: int, report: dict) -> pb.EngineProcess:
+def _engine_process(instance: int, role: pb.EngineProcess.Role, report: dict) -> pb.EngineProcess:
     return pb.EngineProcess(
         role=role,
         pid=report["pid"],

@@ -16,7 +16,7 @@ from gonka.mlnode.v1 import inference_pb2 as pb
 from server.translation import GenerationPlan
 from server.translation.replay import LOGPROBS_MODE_VALUES
 
-FINISH_REASONS: dict[FinishReason, int] = {
+FINISH_REASONS: dict[FinishReason, pb.FinishReason] = {
     FinishReason.STOP: pb.FINISH_REASON_STOP,
     FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
     FinishReason.ABORT: pb.FINISH_REASON_ABORT,

@@ -204,9 +204,11 @@ class ValidationServicer:
                 judge_inference(executor, replay.positions, k, item.threshold), resolution, False, len(replay.positions)
             )
         # Nobody stated the mode: the record is judged in the mode the replay's two lists place it in.
+        raw_positions = replay.raw_positions
+        assert raw_positions is not None  # the replay asked for both modes
         judgements = {
             LogprobsMode.PROCESSED: judge_inference(executor, replay.positions, k, item.threshold),
-            LogprobsMode.RAW: judge_inference(executor, replay.raw_positions, k, item.threshold),
+            LogprobsMode.RAW: judge_inference(executor, raw_positions, k, item.threshold),
         }
         distances = {mode: judgement.distance for mode, judgement in judgements.items()}
         resolution = resolve_logprobs_mode(
@@ -239,7 +241,9 @@ class ValidationServicer:
                     )  # the engine cannot compile the request's grammar
                 raise
         if replay.finish is None or replay.finish.reason not in (FinishReason.STOP, FinishReason.LENGTH):
-            raise replay_end_error(replay.finish, len(replay.positions), 1, 1, self._admission)
+            unjudgeable = replay_end_error(replay.finish, len(replay.positions), 1, 1, self._admission)
+            assert unjudgeable is not None  # a replay that ended otherwise cannot be judged
+            raise unjudgeable
         return vpb.InferenceVerdict(
             passed=False,
             similarity=0.0,
@@ -271,6 +275,7 @@ def _between_modes(replay: Replay, k: int) -> float:
     """The chain's distance between the replay's own processed and raw lists (0 when they are the same)."""
     if replay.positions == replay.raw_positions:
         return 0.0
+    assert replay.raw_positions is not None  # the replay asked for both modes
     return sequence_distance(replay.positions, replay.raw_positions, k)
 
 

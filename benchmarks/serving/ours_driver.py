@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from contextlib import AsyncExitStack
+from typing import Any
 
 from benchmarks.serving.errors import BenchmarkError
 from benchmarks.serving.launcher import LiveServer
@@ -14,7 +15,7 @@ from gonka.mlnode.v1 import inference_pb2 as pb
 
 async def ours_scenarios(stack: AsyncExitStack, live: LiveServer, workload: Workload) -> list[Scenario]:
     client = await stack.enter_async_context(AsyncInferenceClient(live.target))
-    sampling = {"temperature": TEMPERATURE, "ignore_eos": True}
+    sampling: dict[str, Any] = {"temperature": TEMPERATURE, "ignore_eos": True}
 
     async def with_logprobs(seed: int, tokens: int) -> StreamResult:
         request = build_request(

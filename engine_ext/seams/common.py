@@ -75,11 +75,12 @@ def seam_in_place(target: Callable[..., Any], name: str) -> bool:
 def _marks_along(target: Callable[..., Any]) -> list[str]:
     """Through every wrapper that names what it wraps (`__wrapped__`), marked or not."""
     names = []
-    while target is not None:
-        name = getattr(target, SEAM_MARK, None)
+    current: Callable[..., Any] | None = target
+    while current is not None:
+        name = getattr(current, SEAM_MARK, None)
         if name is not None:
             names.append(name)
-        target = getattr(target, "__wrapped__", None)
+        current = getattr(current, "__wrapped__", None)
     return names
 
 
@@ -316,6 +317,7 @@ def install_logprobs_mode_per_request() -> None:
             set_mode(self, engine_mode)
         raw_rows = replay.rows_in_mode(RAW_LOGPROBS, raw.shape[0], raw.device)
         processed = output.logprobs_tensors
+        assert processed is not None  # max_num_logprobs is set (above): the sampler gathered logprobs
         k = sampling_metadata.max_num_logprobs
         if k == -1:
             merged = LogprobsTensors(processed[0], torch.where(raw_rows[:, None], raw, processed[1]), processed[2])
@@ -366,7 +368,7 @@ def install_xgrammar_graceful_degradation() -> None:
 
     if seam_in_place(XgrammarGrammar.accept_tokens, XGRAMMAR_GRACEFUL_DEGRADATION):
         return
-    wraps = {
+    wraps: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
         "accept_tokens": _accept_or_disable,
         "validate_tokens": _validate_every_token_when_disabled,
         "rollback": _no_rollback_when_disabled,

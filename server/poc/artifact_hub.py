@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 
 from server.errors import echoed
@@ -159,7 +159,7 @@ class ArtifactHub:
             if round_.end_reason is None:
                 self.close_round(round_id, EndReason.SHUTTING_DOWN, detail)
 
-    def subscribe(self, round_id: str | None, after_sequence: int = 0) -> AsyncIterator[HubEvent]:
+    def subscribe(self, round_id: str | None, after_sequence: int = 0) -> AsyncGenerator[HubEvent, None]:
         """Events of a round (None: the current one) from sequence after_sequence + 1 on, ending with an
         EndEvent once the round is closed. Raises RoundNotFound here, before any event, so a caller can
         refuse the request up front.
@@ -222,7 +222,7 @@ class ArtifactHub:
         except KeyError:
             raise RoundNotFound(f"no PoC round {echoed(round_id)}") from None
 
-    async def _events(self, round_: _Round, after_sequence: int) -> AsyncIterator[HubEvent]:
+    async def _events(self, round_: _Round, after_sequence: int) -> AsyncGenerator[HubEvent, None]:
         buffer = round_.buffer
         cursor = after_sequence  # the last sequence this subscriber has seen or been told it lost
         round_.subscribers += 1

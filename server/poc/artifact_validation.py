@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 
 import numpy as np
@@ -38,7 +38,7 @@ async def validate_poc_artifacts(
     instances: Sequence[EngineInstance],
     limits: PocLimits,
     deliver: ValidatedCallback,
-) -> AsyncIterator[vpb.ValidatePocArtifactsResponse]:
+) -> AsyncGenerator[vpb.ValidatePocArtifactsResponse, None]:
     """`instances`: those the batches are spread over."""
     params = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
     batch_size = batch_size_of(request, params.seq_len, limits)

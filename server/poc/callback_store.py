@@ -118,7 +118,9 @@ class CallbackStore:
             "INSERT INTO callbacks (created_at, url, body, round_id, artifacts) VALUES (?, ?, ?, ?, ?)",
             (self._clock(), url, text, round_id, artifacts),
         )
-        return int(cursor.lastrowid)
+        row_id = cursor.lastrowid
+        assert row_id is not None  # an INSERT sets it
+        return row_id
 
     def urls_with_due_work(self, now: float) -> list[str]:
         rows = self._db.execute(

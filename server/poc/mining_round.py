@@ -85,6 +85,12 @@ class MiningGroup:
         )
 
 
+def _withdrawal_of(group: MiningGroup) -> Withdrawal:
+    """The group's withdrawal file, which MiningRound gives every group as the round starts."""
+    assert group.withdrawal is not None
+    return group.withdrawal
+
+
 class MiningRound:
     def __init__(
         self,
@@ -92,7 +98,7 @@ class MiningRound:
         params: RoundParameters,
         groups: Sequence[MiningGroup],
         hub: ArtifactHub,
-        sinks: list[ArtifactSink],
+        sinks: Sequence[ArtifactSink],
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -135,7 +141,7 @@ class MiningRound:
             self._stop_requested_at = self._clock()
             # The batch queued behind each group's running forward returns without running.
             for group in self.groups:
-                group.withdrawal.withdraw()
+                _withdrawal_of(group).withdraw()
         self._stop.set()
 
     def fail_to_start(self, error: BaseException) -> None:
@@ -175,7 +181,7 @@ class MiningRound:
                         if self._first_issue_at is None:
                             self._first_issue_at = group.first_issue_at
                     batch = poc_batch(
-                        params.artifacts, upcoming, after or (), withdrawn_if_exists=str(group.withdrawal.path)
+                        params.artifacts, upcoming, after or (), withdrawn_if_exists=str(_withdrawal_of(group).path)
                     )
                     call = group.instance.engine.poc_forward(batch)
                     pending.append((upcoming, asyncio.ensure_future(call)))
@@ -197,11 +203,11 @@ class MiningRound:
             if all(each.state is RoundState.FAILED for each in self.groups):
                 self.state = RoundState.FAILED
                 self.failure = self._failures()
-            group.withdrawal.withdraw()
+            _withdrawal_of(group).withdraw()
             await _engine_answered(error)
             await _settle(pending)
         finally:
-            group.withdrawal.remove()
+            _withdrawal_of(group).remove()
 
     def _group_words(self, group: MiningGroup) -> str:
         return "" if len(self.groups) == 1 else f" in group {group.group_id} ({group.instance.name})"

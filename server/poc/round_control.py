@@ -40,7 +40,7 @@ log = logging.getLogger(__name__)
 
 
 class HealthSetter(Protocol):
-    async def set(self, service: str, status: int) -> None: ...
+    async def set(self, service: str, status: health_pb2.HealthCheckResponse.ServingStatus) -> None: ...
 
 
 class RoundCallback(ArtifactSink, Protocol):

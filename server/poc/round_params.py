@@ -13,6 +13,7 @@ import grpc
 from engine_ext.consensus import DEFAULT_K, INT32_MAX
 from engine_ext.poc.batch_caps import PocBatchCap
 from gonka.mlnode.v1 import poc_pb2
+from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.errors import Reason, ServiceError, echoed, invalid_field
 from server.poc.callback_url import callback_url_problem
 
@@ -76,6 +77,10 @@ class RoundParameters:
         )
 
 
+# The requests that carry a round's or a computation's PoC parameters (`params`, `batch_size`).
+PocRequest = poc_pb2.StartRoundRequest | poc_pb2.ComputeArtifactsRequest | vpb.ValidatePocArtifactsRequest
+
+
 def round_parameters(request: poc_pb2.StartRoundRequest, limits: PocLimits) -> RoundParameters:
     artifacts = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
     instances = limits.instances
@@ -114,7 +119,7 @@ def round_parameters(request: poc_pb2.StartRoundRequest, limits: PocLimits) -> R
 
 
 def artifact_params(
-    block_hash: str, public_key: str, request: object, stronger_rng: bool, limits: PocLimits
+    block_hash: str, public_key: str, request: PocRequest, stronger_rng: bool, limits: PocLimits
 ) -> ArtifactParams:
     """From a request holding `params` (PocParams): the model, seq_len and k_dim checked."""
     if not block_hash:
@@ -141,7 +146,7 @@ def artifact_params(
     return ArtifactParams(block_hash, public_key, params.seq_len, k_dim, stronger_rng)
 
 
-def batch_size_of(request: object, seq_len: int, limits: PocLimits) -> int:
+def batch_size_of(request: PocRequest, seq_len: int, limits: PocLimits) -> int:
     batch_size = request.batch_size if request.HasField("batch_size") else min(DEFAULT_BATCH_SIZE, limits.max_num_seqs)
     if batch_size < 1:
         raise invalid_field("batch_size", f"must be >= 1, got {batch_size}")

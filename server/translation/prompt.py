@@ -55,9 +55,10 @@ class PromptReader:
                 raise invalid_field("text", "must not be empty")
             self._require_chars(len(request.text), "text")
             encoded = await self._tokenizers.encode(request.text, self._facts.max_model_len)
-            if isinstance(encoded, int):
+            if isinstance(encoded, int):  # only a count: more tokens than the context holds, so this raises
                 self._require_fits_the_context(encoded, kind)
-            ids = encoded
+            else:
+                ids = encoded
         elif kind == "chat":
             ids = await self._render_chat(request.chat)
         else:

@@ -70,7 +70,9 @@ class HttpReceiver:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", self._port)
         await site.start()
-        self._port = site._server.sockets[0].getsockname()[1]  # aiohttp has no public accessor
+        listening = site._server  # aiohttp has no public accessor
+        assert isinstance(listening, asyncio.Server)  # started just above
+        self._port = listening.sockets[0].getsockname()[1]
         self._ready.set()
         while not self._stopped.is_set():
             await asyncio.sleep(0.05)

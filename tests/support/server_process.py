@@ -11,6 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -134,7 +135,7 @@ def _descendants(pid: int) -> list[int]:
 
 def start_server(
     log_path: Path,
-    extra_args: list[str] = (),
+    extra_args: Sequence[str] = (),
     port: int | None = None,
     env: dict[str, str] | None = None,
     credentials: grpc.ChannelCredentials | None = None,

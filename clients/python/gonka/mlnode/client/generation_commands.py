@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import TextIO
+from typing import Any, TextIO
 
 from gonka.mlnode.client.cli_io import message_json
 from gonka.mlnode.client.client import InferenceClient
@@ -84,7 +84,7 @@ def run_generation(client: InferenceClient, args: argparse.Namespace, out: TextI
 def _request(args: argparse.Namespace) -> pb.GenerateRequest:
     if args.command == "chat":
         turns = ([("system", args.system)] if args.system else []) + [("user", args.text)]
-        source = {"messages": turns}
+        source: dict[str, Any] = {"messages": turns}
     else:
         source = {"prompt": args.text}
     return build_request(

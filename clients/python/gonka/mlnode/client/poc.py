@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable, Iterator
 from contextlib import aclosing, closing
 from typing import Any
 
@@ -65,7 +65,7 @@ class PocClient:
 
     def subscribe_artifacts(
         self, round_id: str | None = None, after_sequence: int = 0, *, timeout: float | None = None
-    ) -> Iterator[poc_pb2.SubscribeArtifactsResponse]:
+    ) -> Generator[poc_pb2.SubscribeArtifactsResponse, None, None]:
         """One subscription: batches after `after_sequence`, ArtifactsLost where the buffer no longer
         holds what was asked for, and a final SubscriptionEnd. A dropped connection raises."""
         request = poc_pb2.SubscribeArtifactsRequest(round_id=round_id or "", after_sequence=after_sequence)
@@ -154,7 +154,7 @@ class AsyncPocClient:
 
     async def subscribe_artifacts(
         self, round_id: str | None = None, after_sequence: int = 0, *, timeout: float | None = None
-    ) -> AsyncIterator[poc_pb2.SubscribeArtifactsResponse]:
+    ) -> AsyncGenerator[poc_pb2.SubscribeArtifactsResponse, None]:
         request = poc_pb2.SubscribeArtifactsRequest(round_id=round_id or "", after_sequence=after_sequence)
         async for response in streamed_async(self._poc.SubscribeArtifacts, request, self._metadata, timeout):
             yield response
