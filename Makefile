@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make run    set up what is missing, then serve the embedded model on 127.0.0.1:50051 (Ctrl-C stops)
 #   make test   set up what is missing, then run the whole suite (make test-all: on every supported vLLM)
+# make lint checks formatting, lint and types (ruff, mypy); make fmt formats and applies ruff's fixes.
 # Setup is idempotent: stamps under .venv/.stamps remember what is installed and for which inputs.
 # VLLM=0.28.0 (on any target) selects the other supported vLLM release, in its own .venv-vllm-0.28.0.
 #
@@ -24,7 +25,8 @@ MODEL_DIR := .build/models/qwen3-tiny
 # The vLLM release to run on: 0.25.1 (the default) or 0.28.0, the two the network's ML nodes run. Each gets its own
 # virtualenv, so `make test VLLM=0.28.0` leaves the default setup as it is.
 SUPPORTED_VLLM := 0.25.1 0.28.0
-VLLM ?= 0.25.1
+DEFAULT_VLLM := 0.25.1
+VLLM ?= $(DEFAULT_VLLM)
 ifeq ($(filter $(VLLM),$(SUPPORTED_VLLM)),)
 $(error VLLM=$(VLLM) is not supported; choose one of: $(SUPPORTED_VLLM))
 endif
@@ -52,11 +54,14 @@ ARGS ?=
 PYTEST_ARGS ?=
 
 .PHONY: help setup run test test-all pytest cross-version-test codegen proto proto-check proto-lint proto-breaking contract buf model bench clean lock
+.PHONY: lint-tools fmt lint ruff mypy mypy-release lint-release
 
 help:
 	@echo "make run      serve the embedded model on 127.0.0.1:50051 (extra server flags: ARGS='...')"
 	@echo "make test     run the whole suite on one vLLM release (VLLM=0.25.1, the default, or 0.28.0; PYTEST_ARGS='...')"
 	@echo "make test-all the whole suite on both releases, then their agreement (what CI runs)"
+	@echo "make lint     ruff (format check, lint) and mypy on both releases (in make test and test-all)"
+	@echo "make fmt      ruff format, then ruff check --fix"
 	@echo "make gpu-wheels  offline NVIDIA host: vLLM 0.25.1's wheels into .build/gpu-wheels (docs/gpu.md)"
 	@echo "make gpu-check   the GPU check (tests/gpu) on an installed host (PYTHON=python3)"
 	@echo "make bench    serving benchmark against vLLM's OpenAI and gRPC servers (prints a table)"
@@ -116,7 +121,7 @@ run: setup
 	$(PY) -m server $(ARGS)
 
 # buf is a test tool only (not in setup): serving needs no Node.js.
-test: setup proto-check buf go-check
+test: setup proto-check buf go-check lint-release
 	$(MAKE) --no-print-directory pytest
 
 # Every supported vLLM release, the whole suite on each, then their agreement: what CI runs. The setups and checks
@@ -132,6 +137,7 @@ test-all:
 	$(TIMED) "setup, vLLM 0.25.1" $(MAKE) --no-print-directory setup VLLM=0.25.1
 	$(TIMED) "setup, vLLM 0.28.0" $(MAKE) --no-print-directory setup VLLM=0.28.0
 	$(TIMED) "stubs, buf, Go" $(MAKE) --no-print-directory proto-check buf go-check
+	$(TIMED) "ruff and mypy" $(MAKE) --no-print-directory lint
 	$(TIMED) "both suites, side by side" $(MAKE) --no-print-directory -j2 --output-sync=recurse $(addprefix suite-,$(SUPPORTED_VLLM))
 	$(TIMED) "cross-version agreement" $(MAKE) --no-print-directory cross-version-test
 	@echo "== the parts' times:" && cat $(TIMES_FILE)
@@ -167,6 +173,45 @@ proto: codegen
 
 proto-check: codegen
 	$(CODEGEN_PY) protos/codegen.py --check
+
+# The linters, a tool with a virtualenv of its own (requirements/lint.txt says why), and beside it the type stubs that
+# mypy reads with an engine stack's interpreter (requirements/lint-stubs.txt says why they are apart).
+LINT_DIR := .build/lint
+LINT_STUBS := $(LINT_DIR)/stubs
+RUFF := $(LINT_DIR)/bin/ruff
+$(LINT_DIR)/.installed: requirements/lint.txt requirements/lint-stubs.txt
+	rm -rf $(LINT_DIR) && $(PYTHON) -m venv $(LINT_DIR)
+	$(PIP_ENV) $(LINT_DIR)/bin/python -m pip install -q --no-deps -r requirements/lint.txt $(QUIET)
+	$(PIP_ENV) $(LINT_DIR)/bin/python -m pip install -q --no-deps --target $(LINT_STUBS) -r requirements/lint-stubs.txt $(QUIET)
+	@touch $@
+
+lint-tools: $(LINT_DIR)/.installed
+
+# What ruff, the formatter and mypy check: pyproject.toml ([tool.ruff], [tool.mypy]).
+fmt: lint-tools
+	$(RUFF) format
+	$(RUFF) check --fix
+
+ruff: lint-tools
+	$(RUFF) format --check
+	$(RUFF) check
+
+# mypy on one release's environment ($(VLLM), its own cache under .build/mypy): the default release checks the tree
+# (pyproject's files), each other one its own seam modules (engine_ext/seams/vllm_0_28*.py for 0.28.0), which pyproject
+# leaves out of the tree. mypy finds stub packages only on the checked interpreter's path, hence PYTHONPATH.
+MYPY_FILES := $(if $(filter $(DEFAULT_VLLM),$(VLLM)),,$(wildcard engine_ext/seams/vllm_$(subst .,_,$(basename $(VLLM)))*.py))
+mypy-release: lint-tools $(STAMPS)/project
+	@[ "$(VLLM)" = "$(DEFAULT_VLLM)" ] || [ -n "$(MYPY_FILES)" ] || { echo "mypy: no seam module for vLLM $(VLLM)" >&2; exit 1; }
+	PYTHONPATH=$(abspath $(LINT_STUBS)) $(LINT_DIR)/bin/mypy --python-executable $(PY) --cache-dir .build/mypy/vllm-$(VLLM) \
+	    $(if $(MYPY_FILES),--no-warn-unused-configs $(MYPY_FILES))
+
+mypy:
+	$(foreach release,$(SUPPORTED_VLLM),$(MAKE) --no-print-directory mypy-release VLLM=$(release) &&) true
+
+lint: ruff mypy
+
+# make test's: ruff, and mypy on the release under test only (make lint: on every release, set up or not).
+lint-release: ruff mypy-release
 
 bench: setup
 	$(PY) benchmarks/serving_bench.py $(ARGS)

@@ -26,21 +26,20 @@ import tempfile
 import time
 from pathlib import Path
 from statistics import median
-from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc  # noqa: E402
-import numpy as np  # noqa: E402
+import grpc
+import numpy as np
 
-from gonka.mlnode.client import AsyncInferenceClient  # noqa: E402
-from gonka.mlnode.v1 import poc_pb2_grpc  # noqa: E402
-from server.poc.callback_store import CallbackStore  # noqa: E402
-from server.poc.callbacks import ArtifactCallback, CallbackIdentity  # noqa: E402
-from server.poc.store_lock import StoreLock  # noqa: E402
-from benchmarks.poc_bench import mining  # noqa: E402
-from tests.support.http_receiver import HttpReceiver  # noqa: E402
-from tests.support.server_process import start_server  # noqa: E402
+from benchmarks.poc_bench import mining
+from gonka.mlnode.client import AsyncInferenceClient
+from gonka.mlnode.v1 import poc_pb2_grpc
+from server.poc.callback_store import CallbackStore
+from server.poc.callbacks import ArtifactCallback, CallbackIdentity
+from server.poc.store_lock import StoreLock
+from tests.support.http_receiver import HttpReceiver
+from tests.support.server_process import start_server
 
 K = 12
 
@@ -81,7 +80,10 @@ async def run(args: argparse.Namespace, target: str, receiver_url: str) -> list[
                 figures[f"{kind}_outside_forward_ms"] = 1000 * status.seconds_outside_forward_per_batch
             figures["ratio"] = figures["with_nonces_per_s"] / figures["without_nonces_per_s"]
             cycles.append(figures)
-            print(f"  cycle {cycle + 1}: {json.dumps({key: round(value, 3) for key, value in figures.items()})}", flush=True)
+            print(
+                f"  cycle {cycle + 1}: {json.dumps({key: round(value, 3) for key, value in figures.items()})}",
+                flush=True,
+            )
     return cycles
 
 
@@ -98,7 +100,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         write = write_seconds(folder, args.writes, batch)
-        print(f"one {batch}-artifact batch written to the store, committed: median {1e6 * write:.0f} us over {args.writes}")
+        print(
+            f"one {batch}-artifact batch written to the store, committed: median {1e6 * write:.0f} us over {args.writes}"
+        )
         flags = ["--callback-store", str(folder / "callbacks.sqlite3"), *shlex.split(args.server_flags)]
         with HttpReceiver() as receiver:
             server = start_server(args.server_log or folder / "server.log", flags)
@@ -109,10 +113,14 @@ def main() -> None:
             delivered = sum(len(body["artifacts"]) for body in receiver.received("/generated"))
     summary = {key: median(cycle[key] for cycle in cycles) for key in cycles[0]}
     print(f"\nMining {args.shape}, medians over {args.repeats} cycles of {args.seconds:g} s rounds:")
-    print(f"  without the callback store: {summary['without_nonces_per_s']:.1f} nonces/s, "
-          f"{summary['without_outside_forward_ms']:.2f} ms per batch outside the forward")
-    print(f"  with it (and a live receiver): {summary['with_nonces_per_s']:.1f} nonces/s, "
-          f"{summary['with_outside_forward_ms']:.2f} ms per batch outside the forward")
+    print(
+        f"  without the callback store: {summary['without_nonces_per_s']:.1f} nonces/s, "
+        f"{summary['without_outside_forward_ms']:.2f} ms per batch outside the forward"
+    )
+    print(
+        f"  with it (and a live receiver): {summary['with_nonces_per_s']:.1f} nonces/s, "
+        f"{summary['with_outside_forward_ms']:.2f} ms per batch outside the forward"
+    )
     print(f"  ratio with / without: {summary['ratio']:.3f}; artifacts the receiver got: {delivered}")
 
 

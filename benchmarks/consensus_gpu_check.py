@@ -60,7 +60,7 @@ class Report:
         """Run one check; a target is reported (MET / MISSED) but does not fail the run."""
         try:
             ok, detail = fn()
-        except Exception as exc:  # noqa: BLE001 - a crash is a failed check, reported with the rest
+        except Exception as exc:  # a crash is a failed check, reported with the rest
             ok, detail = False, f"{type(exc).__name__}: {exc}"
         status = ("MET" if ok else "MISSED") if target else ("PASS" if ok else "FAIL")
         self.rows.append((name, status, detail))
@@ -69,12 +69,13 @@ class Report:
 
 def conformance_checks(report: Report, stages: dict, dev: torch.device) -> None:
     k = stages["k_dim"]
-    backends = ["cuda_fused", "torch"]
+    backends: list[C.Backend] = ["cuda_fused", "torch"]
 
     def case_loop(fn: Callable[[dict], tuple[bool, str]]) -> Callable[[], tuple[bool, str]]:
         def run() -> tuple[bool, str]:
             results = [fn(case) for case in stages["cases"]]
             return all(ok for ok, _ in results), "; ".join(d for _, d in results if d) or f"{len(results)} cases"
+
         return run
 
     def murmur_uniform(case: dict) -> tuple[bool, str]:
@@ -85,7 +86,8 @@ def conformance_checks(report: Report, stages: dict, dev: torch.device) -> None:
 
     report.check("conformance murmur + uniform on CUDA (exact)", case_loop(murmur_uniform))
     for backend in backends:
-        def normals(case: dict, b: str = backend) -> tuple[bool, str]:
+
+        def normals(case: dict, b: C.Backend = backend) -> tuple[bool, str]:
             ok, ulps = True, 0
             for n in (10, 9):
                 got = C.normal(case["input_seed"], n, device=dev, backend=b)
@@ -94,22 +96,31 @@ def conformance_checks(report: Report, stages: dict, dev: torch.device) -> None:
                 ulps = max(ulps, max_ulp(got, exp))
             return ok, f"max {ulps} ulp"
 
-        def inputs(case: dict, b: str = backend) -> tuple[bool, str]:
+        def inputs(case: dict, b: C.Backend = backend) -> tuple[bool, str]:
             ok = True
             for stronger, key in ((False, "inputs_seq4_hidden8_base"), (True, "inputs_seq4_hidden8_stronger")):
-                x = C.inputs_for_nonce(case["block_hash"], case["public_key"], case["nonce"], 4, 8,
-                                       dtype=torch.float32, device=dev, stronger_rng=stronger, backend=b)
+                x = C.inputs_for_nonce(
+                    case["block_hash"],
+                    case["public_key"],
+                    case["nonce"],
+                    4,
+                    8,
+                    dtype=torch.float32,
+                    device=dev,
+                    stronger_rng=stronger,
+                    backend=b,
+                )
                 ok &= close(x.flatten().tolist(), [v for row in case[key] for v in row])
             return ok, ""
 
-        def layers(case: dict, b: str = backend) -> tuple[bool, str]:
+        def layers(case: dict, b: C.Backend = backend) -> tuple[bool, str]:
             ok = True
             for layer in (0, 5):
                 v = C.layer_vector(case["block_hash"], layer, 16, device=dev, backend=b)
                 ok &= close(v.tolist(), case[f"layer_vector_{layer}_hidden16"])
             return ok, ""
 
-        def head(case: dict, b: str = backend) -> tuple[bool, str]:
+        def head(case: dict, b: C.Backend = backend) -> tuple[bool, str]:
             bh, pk, n = case["block_hash"], case["public_key"], case["nonce"]
             x = torch.tensor([case["haar_input_linspace_-1_1_12"]], dtype=torch.float32, device=dev)
             y = C.rotate(x, C.rotation_vectors(bh, pk, [n], k, device=dev, backend=b))
@@ -192,16 +203,25 @@ def cross_device_checks(report: Report, dev: torch.device) -> None:
     report.check("CPU vs CUDA normals within 1 ulp", normals_ulp, target=True)
 
     for stronger in (False, True):
+
         def inputs(stronger: bool = stronger) -> tuple[bool, str]:
             nonces = [0, 1, 31, 123456789]
             outs = {}
-            for name, device, backend in (("cpu", cpu, "torch"), ("fused", dev, "cuda_fused"), ("eager", dev, "torch")):
+            runs: tuple[tuple[str, torch.device, C.Backend], ...] = (
+                ("cpu", cpu, "torch"),
+                ("fused", dev, "cuda_fused"),
+                ("eager", dev, "torch"),
+            )
+            for name, device, backend in runs:
                 out = torch.full((4, 1024, 4096), float("nan"), dtype=torch.bfloat16, device=device)
                 outs[name] = C.generate_inputs(out, BH, PK, nonces, stronger_rng=stronger, backend=backend).cpu()
             same = torch.equal(outs["fused"], outs["eager"])
             differ = int((outs["cpu"] != outs["fused"]).sum())
-            return same, (f"fused == eager: {same}; CPU vs CUDA bf16: {differ} of {outs['cpu'].numel()} differ, "
-                          f"max {max_ulp(outs['cpu'], outs['fused'])} bf16 ulp")
+            return same, (
+                f"fused == eager: {same}; CPU vs CUDA bf16: {differ} of {outs['cpu'].numel()} differ, "
+                f"max {max_ulp(outs['cpu'], outs['fused'])} bf16 ulp"
+            )
+
         report.check(f"PoC inputs 4x1024x4096 bf16, {'stronger' if stronger else 'base'} RNG", inputs)
 
     def layers() -> tuple[bool, str]:
@@ -247,7 +267,9 @@ def main() -> None:
     for name, status, detail in report.rows:
         print(f"| {name:{width}s} | {status:6s} | {detail}")
     if args.json:
-        args.json.write_text(json.dumps([{"check": n, "status": st, "detail": d} for n, st, d in report.rows], indent=1))
+        args.json.write_text(
+            json.dumps([{"check": n, "status": st, "detail": d} for n, st, d in report.rows], indent=1)
+        )
     failed = sum(status == "FAIL" for _, status, _ in report.rows)
     missed = sum(status == "MISSED" for _, status, _ in report.rows)
     print(f"{sum(status == 'PASS' for _, status, _ in report.rows)} passed, {failed} failed, {missed} target(s) missed")

@@ -46,14 +46,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import grpc  # noqa: E402
+import grpc
 
-from benchmarks.serving.cpu_accounting import CLOCK_TICKS_PER_SECOND, process_cpu_ticks  # noqa: E402
-from gonka.mlnode.client import AsyncInferenceClient, build_request  # noqa: E402
-from gonka.mlnode.v1 import inference_pb2 as pb  # noqa: E402
-from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc  # noqa: E402
-from server.embedded_model import DEFAULT_MODEL_DIR  # noqa: E402
-from tests.support.server_process import REPO_ROOT, ServerProcess, engine_environment, start_server  # noqa: E402
+from benchmarks.serving.cpu_accounting import CLOCK_TICKS_PER_SECOND, process_cpu_ticks
+from gonka.mlnode.client import AsyncInferenceClient, build_request
+from gonka.mlnode.v1 import inference_pb2 as pb
+from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
+from server.embedded_model import DEFAULT_MODEL_DIR
+from tests.support.server_process import REPO_ROOT, ServerProcess, engine_environment, start_server
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
 TOP_LOGPROBS = 5
@@ -94,7 +94,9 @@ def start(configuration: Configuration, args: argparse.Namespace, log_dir: Path)
     env.update(configuration.environment)
     source = configuration.source
     # The configuration's own code first; its engine processes inherit the path (the plugin is found by its name).
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(source), str(source / "clients" / "python"), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(source), str(source / "clients" / "python"), env.get("PYTHONPATH")])
+    )
     flags = [*args.model_flags, *shlex.split(args.server_flags), *configuration.flags]
     log_path = log_dir / f"{configuration.label.replace(' ', '-').replace(',', '').replace(chr(39), '')}.log"
     print(f"starting {configuration.label}: {' '.join(flags)}", flush=True)
@@ -106,7 +108,12 @@ async def streams_round(target: str, pid: int, streams: int, tokens: int, seed: 
 
         async def one(index: int) -> int:
             request = build_request(
-                token_ids=PROMPT_IDS, max_tokens=tokens, temperature=1.0, seed=seed + index, ignore_eos=True, top_logprobs=TOP_LOGPROBS
+                token_ids=PROMPT_IDS,
+                max_tokens=tokens,
+                temperature=1.0,
+                seed=seed + index,
+                ignore_eos=True,
+                top_logprobs=TOP_LOGPROBS,
             )
             delivered = 0
             async for response in client.stream(request, timeout=STREAM_TIMEOUT_SECONDS):
@@ -129,7 +136,9 @@ async def mining_round(target: str, model: str, seq_len: int, batch: int, second
     async with grpc.aio.insecure_channel(target) as channel:
         poc = poc_pb2_grpc.PocServiceStub(channel)
         request = poc_pb2.StartRoundRequest(
-            block_hash=f"instances-bench-{time.time()}", public_key="bench-key", batch_size=batch,
+            block_hash=f"instances-bench-{time.time()}",
+            public_key="bench-key",
+            batch_size=batch,
             params=poc_pb2.PocParams(model=model, seq_len=seq_len),
         )
         round_id = (await poc.StartRound(request)).status.round_id
@@ -143,7 +152,9 @@ async def served_model(target: str) -> str:
         return (await client.model_info()).served_model_name
 
 
-def cycle_figures(servers: list[tuple[Configuration, ServerProcess]], args: argparse.Namespace, cycle: int, model: str) -> dict[str, dict]:
+def cycle_figures(
+    servers: list[tuple[Configuration, ServerProcess]], args: argparse.Namespace, cycle: int, model: str
+) -> dict[str, dict]:
     seq_len, batch = (int(part) for part in args.shape.lower().split("x"))
     order = servers[cycle % len(servers) :] + servers[: cycle % len(servers)]
     figures = {}
@@ -151,25 +162,43 @@ def cycle_figures(servers: list[tuple[Configuration, ServerProcess]], args: argp
         inference = asyncio.run(streams_round(server.target, server.pid, args.streams, args.tokens, seed=1000 * cycle))
         mining = asyncio.run(mining_round(server.target, model, seq_len, batch, args.seconds))
         figures[configuration.label] = {**inference, **mining}
-        print(f"  cycle {cycle + 1}, {configuration.label}: {inference['tokens_per_s']:.0f} tokens/s, "
-              f"{inference['api_cpu_us_per_token']:.1f} µs API CPU/token, {mining['nonces_per_min']:.0f} nonces/min", flush=True)
+        print(
+            f"  cycle {cycle + 1}, {configuration.label}: {inference['tokens_per_s']:.0f} tokens/s, "
+            f"{inference['api_cpu_us_per_token']:.1f} µs API CPU/token, {mining['nonces_per_min']:.0f} nonces/min",
+            flush=True,
+        )
     return figures
 
 
 def machine() -> dict[str, Any]:
     import vllm
 
-    model_name = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                       if line.startswith("model name")), platform.processor())
-    return {"cpu": model_name, "cores": os.cpu_count(), "vllm": vllm.__version__, "python": platform.python_version(),
-            "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M")}
+    model_name = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "cpu": model_name,
+        "cores": os.cpu_count(),
+        "vllm": vllm.__version__,
+        "python": platform.python_version(),
+        "load_average": os.getloadavg(),
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+    }
 
 
 def report(labels: list[str], cycles: list[dict[str, dict]]) -> list[str]:
     first, second = labels
     lines = [f"{'':28}{first:>22}{second:>22}{'ratio (2nd/1st)':>18}"]
-    for key, name in (("tokens_per_s", "tokens/s"), ("api_cpu_us_per_token", "API CPU µs per token"),
-                      ("nonces_per_min", "PoC nonces/min")):
+    for key, name in (
+        ("tokens_per_s", "tokens/s"),
+        ("api_cpu_us_per_token", "API CPU µs per token"),
+        ("nonces_per_min", "PoC nonces/min"),
+    ):
         values = [median(cycle[label][key] for cycle in cycles) for label in labels]
         ratio = median(cycle[second][key] / cycle[first][key] for cycle in cycles if cycle[first][key])
         lines.append(f"{name:28}{values[0]:>22.1f}{values[1]:>22.1f}{ratio:>18.3f}")
@@ -209,11 +238,15 @@ def main() -> None:
             server.stop()
     labels = [configuration.label for configuration in configured]
     described = machine()
-    print(f"\n{described}\n{args.streams} streams x {args.tokens} tokens; mining {args.shape} for {args.seconds:g} s; "
-          f"{args.repeats} cycles; server flags: {args.server_flags or '(none)'}; logs in {log_dir}")
+    print(
+        f"\n{described}\n{args.streams} streams x {args.tokens} tokens; mining {args.shape} for {args.seconds:g} s; "
+        f"{args.repeats} cycles; server flags: {args.server_flags or '(none)'}; logs in {log_dir}"
+    )
     print("\n".join(report(labels, cycles)))
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": described, "arguments": vars(args), "cycles": cycles}, indent=2))
+        Path(args.json).write_text(
+            json.dumps({"machine": described, "arguments": vars(args), "cycles": cycles}, indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ from pathlib import Path
 # launcher helpers, not an installed package) are found from the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.serving.cli import main  # noqa: E402
+from benchmarks.serving.cli import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -40,12 +40,11 @@ from pathlib import Path
 # installed package) and benchmarks.serving are found from the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from gonka.mlnode.client import AsyncInferenceClient, ServerError, build_request  # noqa: E402
-from gonka.mlnode.v1 import inference_pb2 as pb  # noqa: E402
-
-from benchmarks.serving.machine import machine_description  # noqa: E402
-from benchmarks.serving.progress import progress  # noqa: E402
-from tests.support.server_process import engine_environment, start_server  # noqa: E402
+from benchmarks.serving.machine import machine_description
+from benchmarks.serving.progress import progress
+from gonka.mlnode.client import AsyncInferenceClient, ServerError, build_request
+from gonka.mlnode.v1 import inference_pb2 as pb
+from tests.support.server_process import engine_environment, start_server
 
 GOAL_MS = 100.0
 # Any ids in the vocabulary do: the streams' prompt only has to be short and the same for all.
@@ -215,12 +214,16 @@ async def measure(target: str, args: argparse.Namespace) -> Measurement:
         text = maximal_prompt(info.max_prompt_chars, args.seed)
         prompt_bytes = len(text.encode())
         if info.max_request_bytes and prompt_bytes >= info.max_request_bytes:
-            raise RuntimeError(f"a {prompt_bytes}-byte prompt does not fit the server's {info.max_request_bytes}-byte requests: raise --max-request-mb")
+            raise RuntimeError(
+                f"a {prompt_bytes}-byte prompt does not fit the server's {info.max_request_bytes}-byte requests: raise --max-request-mb"
+            )
         # Built before the window: only sending it belongs to what is measured.
         big_request = build_request(prompt=text, max_tokens=1, temperature=0.0)
 
         logs = [StreamLog() for _ in range(args.streams)]
-        stream_request = build_request(token_ids=STREAM_PROMPT_IDS, max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0)
+        stream_request = build_request(
+            token_ids=STREAM_PROMPT_IDS, max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0
+        )
         tasks = [asyncio.create_task(follow(streams_client, stream_request, log)) for log in logs]
         delays = LoopDelays()
         watcher = asyncio.create_task(delays.watch())
@@ -268,11 +271,15 @@ def report(measurement: Measurement, args: argparse.Namespace, server_flags: Seq
         f"- software: {machine['vllm']}, grpcio {machine['grpcio']}, Python {machine['python']}",
         f"- server: {shlex.join(['python', '-m', 'server', *server_flags])}; model {info.model_path}, {info.max_context_length}-token context",
         f"- prompt bound: {info.max_prompt_chars} characters ({bound_source}); largest request {info.max_request_bytes} bytes",
-        f"- streams: {args.streams} streamed Generate calls, token-id input ({len(STREAM_PROMPT_IDS)} tokens), "
-        f"max_tokens {args.max_tokens}, ignore_eos, temperature 0; timed from {SETTLE_SECONDS:.0f} s after every "
-        "stream had its first messages",
-        f"- big prompt: {measurement.prompt_chars} characters ({measurement.prompt_bytes} bytes) of random words "
-        f"(seed {args.seed}), sent on its own channel",
+        (
+            f"- streams: {args.streams} streamed Generate calls, token-id input ({len(STREAM_PROMPT_IDS)} tokens), "
+            f"max_tokens {args.max_tokens}, ignore_eos, temperature 0; timed from {SETTLE_SECONDS:.0f} s after every "
+            "stream had its first messages"
+        ),
+        (
+            f"- big prompt: {measurement.prompt_chars} characters ({measurement.prompt_bytes} bytes) of random words "
+            f"(seed {args.seed}), sent on its own channel"
+        ),
         f"- big prompt's RPC: {measurement.outcome.seconds:.3f} s, answered {measurement.outcome.answer}",
         f"- baseline: a window as long, opened {SETTLE_SECONDS:.0f} s after the big prompt's answer",
         f"- whole run: {seconds:.0f} s",
@@ -287,8 +294,10 @@ def report(measurement: Measurement, args: argparse.Namespace, server_flags: Seq
         )
     lines += [
         "",
-        f"- largest gap between two messages of a stream while the big prompt was in flight: "
-        f"{gap_cell(gap)}; goal ≤ {GOAL_MS:.0f} ms: {verdict}",
+        (
+            f"- largest gap between two messages of a stream while the big prompt was in flight: "
+            f"{gap_cell(gap)}; goal ≤ {GOAL_MS:.0f} ms: {verdict}"
+        ),
     ]
     return "\n".join(lines)
 
@@ -307,7 +316,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-prompt-chars", type=int, help="passed to the server (default: the server's own)")
     parser.add_argument("--max-request-mb", type=int, help="passed to the server (default: the server's own)")
     parser.add_argument("--streams", type=int, default=16, help="concurrent streams (default: %(default)s)")
-    parser.add_argument("--max-tokens", type=int, default=8000, help="tokens per stream; they must outlast both windows (default: %(default)s)")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=8000,
+        help="tokens per stream; they must outlast both windows (default: %(default)s)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the big prompt's words (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.streams < 1 or args.max_tokens < 2:

@@ -47,12 +47,12 @@ from typing import Any
 # Run as a script, only benchmarks/ is on the path; tests/support, engine_ext and the study live beside it.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import benchmarks.one_forward_replay_study as study  # noqa: E402
-from gonka.mlnode.client import AsyncInferenceClient, build_request, inference_item  # noqa: E402
-from gonka.mlnode.v1 import inference_pb2 as pb  # noqa: E402
-from gonka.mlnode.v1 import validation_pb2 as vpb  # noqa: E402
-from server.embedded_model import PEAKED_MODEL_DIR  # noqa: E402
-from tests.support.server_process import REPO_ROOT, SHARED_SERVER_FLAGS, start_server  # noqa: E402
+import benchmarks.one_forward_replay_study as study
+from gonka.mlnode.client import AsyncInferenceClient, build_request, inference_item
+from gonka.mlnode.v1 import inference_pb2 as pb
+from gonka.mlnode.v1 import validation_pb2 as vpb
+from server.embedded_model import PEAKED_MODEL_DIR
+from tests.support.server_process import REPO_ROOT, SHARED_SERVER_FLAGS, start_server
 
 MODES = ("raw", "processed")
 SETTINGS: dict[str, dict[str, Any]] = {
@@ -98,7 +98,14 @@ class Spec:
     prompt: dict[str, Any]  # build_request's prompt= or token_ids=
 
     def fields(self) -> dict[str, Any]:
-        return dict(**self.prompt, max_tokens=self.cell.tokens, ignore_eos=True, seed=self.seed, top_logprobs=TOP_K, **SETTINGS[self.cell.setting])
+        return dict(
+            **self.prompt,
+            max_tokens=self.cell.tokens,
+            ignore_eos=True,
+            seed=self.seed,
+            top_logprobs=TOP_K,
+            **SETTINGS[self.cell.setting],
+        )
 
 
 @dataclass(frozen=True)
@@ -138,7 +145,9 @@ def specs(records_per_cell: int, seed: int) -> list[Spec]:
 async def honest_item(aio: AsyncInferenceClient, spec: Spec) -> vpb.InferenceItem:
     """The record of one honest generation, as an item that states no mode anywhere."""
     fields = spec.fields()
-    generation = await aio.generate(build_request(**fields, logprobs_mode=spec.cell.mode, chain_top_logprobs=True), timeout=RPC_TIMEOUT_SECONDS)
+    generation = await aio.generate(
+        build_request(**fields, logprobs_mode=spec.cell.mode, chain_top_logprobs=True), timeout=RPC_TIMEOUT_SECONDS
+    )
     output = generation.first
     if len(output.token_ids) != spec.cell.tokens or output.logprobs_mode != spec.cell.mode:
         raise study.ServerMisbehaved(f"{spec.cell.name}: {len(output.token_ids)} tokens in mode {output.logprobs_mode}")
@@ -148,7 +157,9 @@ async def honest_item(aio: AsyncInferenceClient, spec: Spec) -> vpb.InferenceIte
 async def verdicts(aio: AsyncInferenceClient, items: Sequence[vpb.InferenceItem]) -> list[vpb.InferenceVerdict]:
     found: dict[int, vpb.InferenceVerdict] = {}
     for start in range(0, len(items), MAX_ITEMS_PER_CALL):
-        async for response in aio.validate_inference(list(items[start : start + MAX_ITEMS_PER_CALL]), timeout=RPC_TIMEOUT_SECONDS):
+        async for response in aio.validate_inference(
+            list(items[start : start + MAX_ITEMS_PER_CALL]), timeout=RPC_TIMEOUT_SECONDS
+        ):
             if response.WhichOneof("outcome") != "verdict":
                 raise study.ServerMisbehaved(f"item {start + response.index}: {response}")
             found[start + response.index] = response.verdict
@@ -189,9 +200,17 @@ async def tampered_comparison(aio: AsyncInferenceClient, tampered: list[Tampered
     stated = await verdicts(aio, [record.item for record in tampered])
     without = await verdicts(aio, [unstated(record.item) for record in tampered])
     rows = [
-        {"mode": record.mode, "setting": record.setting, "factor": record.factor,
-         "stated_passed": a.passed, "stated_similarity": a.similarity, "unstated_passed": b.passed,
-         "unstated_similarity": b.similarity, "unstated_mode": MODE_NAMES.get(b.mode), "unstated_source": SOURCE_NAMES.get(b.mode_source)}
+        {
+            "mode": record.mode,
+            "setting": record.setting,
+            "factor": record.factor,
+            "stated_passed": a.passed,
+            "stated_similarity": a.similarity,
+            "unstated_passed": b.passed,
+            "unstated_similarity": b.similarity,
+            "unstated_mode": MODE_NAMES.get(b.mode),
+            "unstated_source": SOURCE_NAMES.get(b.mode_source),
+        }
         for record, a, b in zip(tampered, stated, without)
     ]
     return {
@@ -238,7 +257,8 @@ class Progress:
         elif "verdict" in entry:
             self.verdicts[entry["verdict"]] = vpb.InferenceVerdict.FromString(proto)
         else:
-            self.tampered.append(Tampered(*entry["tampered"], vpb.InferenceItem.FromString(proto)))
+            mode, setting, factor = entry["tampered"]
+            self.tampered.append(Tampered(mode, setting, factor, vpb.InferenceItem.FromString(proto)))
 
     def _write(self, entry: dict[str, Any]) -> None:
         if self._path is not None:
@@ -260,14 +280,22 @@ async def record_missing(aio: AsyncInferenceClient, made: Sequence[Spec], progre
             progress.add_item(index, await honest_item(aio, made[index]))
 
     for mode in MODES:
-        await asyncio.gather(*(recorded(index) for index, spec in enumerate(made) if spec.cell.mode == mode and index not in progress.items))
+        await asyncio.gather(
+            *(
+                recorded(index)
+                for index, spec in enumerate(made)
+                if spec.cell.mode == mode and index not in progress.items
+            )
+        )
 
 
 async def validate_missing(aio: AsyncInferenceClient, count: int, progress: Progress) -> None:
     missing = [index for index in range(count) if index not in progress.verdicts]
     for start in range(0, len(missing), MAX_ITEMS_PER_CALL):
         chunk = missing[start : start + MAX_ITEMS_PER_CALL]
-        async for response in aio.validate_inference([progress.items[index] for index in chunk], timeout=RPC_TIMEOUT_SECONDS):
+        async for response in aio.validate_inference(
+            [progress.items[index] for index in chunk], timeout=RPC_TIMEOUT_SECONDS
+        ):
             if response.WhichOneof("outcome") != "verdict":
                 raise study.ServerMisbehaved(f"item {chunk[response.index]}: {response}")
             progress.add_verdict(chunk[response.index], response.verdict)
@@ -278,14 +306,20 @@ async def run(target: str, args: argparse.Namespace) -> dict[str, Any]:
     progress = Progress(args.cache)
     async with AsyncInferenceClient(target) as aio:
         started = time.perf_counter()
-        print(f"recording {len(made)} honest records ({args.records} per cell, {len(made) // args.records} cells; "
-              f"{len(progress.items)} already made) ...", flush=True)
+        print(
+            f"recording {len(made)} honest records ({args.records} per cell, {len(made) // args.records} cells; "
+            f"{len(progress.items)} already made) ...",
+            flush=True,
+        )
         await record_missing(aio, made, progress, args.max_num_seqs)
         if not progress.tampered:
             print("recording the one-forward study's records and their tampered copies ...", flush=True)
             progress.add_tampered(await study_tampered(aio, study.parse_args([]).seed))
         record_seconds = time.perf_counter() - started
-        print(f"validating the honest records with no mode stated (threshold {THRESHOLD}; {len(progress.verdicts)} already judged) ...", flush=True)
+        print(
+            f"validating the honest records with no mode stated (threshold {THRESHOLD}; {len(progress.verdicts)} already judged) ...",
+            flush=True,
+        )
         started = time.perf_counter()
         await validate_missing(aio, len(made), progress)
         validate_seconds = time.perf_counter() - started
@@ -293,8 +327,14 @@ async def run(target: str, args: argparse.Namespace) -> dict[str, Any]:
         tampered = await tampered_comparison(aio, progress.tampered)
     judged = [progress.verdicts[index] for index in range(len(made))]
     outcomes = [
-        Outcome(spec.cell, verdict.passed, verdict.similarity, MODE_NAMES.get(verdict.mode, "?"), SOURCE_NAMES.get(verdict.mode_source, "?"),
-                verdict.modes_indistinguishable)
+        Outcome(
+            spec.cell,
+            verdict.passed,
+            verdict.similarity,
+            MODE_NAMES.get(verdict.mode, "?"),
+            SOURCE_NAMES.get(verdict.mode_source, "?"),
+            verdict.modes_indistinguishable,
+        )
         for spec, verdict in zip(made, judged)
     ]
     return {
@@ -303,7 +343,10 @@ async def run(target: str, args: argparse.Namespace) -> dict[str, Any]:
         "threshold": THRESHOLD,
         "record_seconds": record_seconds,
         "validate_seconds": validate_seconds,
-        "cells": [cell_summary(cell, [o for o in outcomes if o.cell == cell]) for cell in dict.fromkeys(o.cell for o in outcomes)],
+        "cells": [
+            cell_summary(cell, [o for o in outcomes if o.cell == cell])
+            for cell in dict.fromkeys(o.cell for o in outcomes)
+        ],
         "tampered": tampered,
         "outcomes": [asdict(o) for o in outcomes],
     }
@@ -340,9 +383,11 @@ def report(figures: dict[str, Any]) -> tuple[str, bool]:
     flipped = tampered["failed_stated_passed_unstated"]
     lines += [
         f"goal (every record passes, right >= {GOAL_RIGHT_SHARE:.0%} in every cell): {'met' if honest_met else 'MISSED'}",
-        f"one-forward study's tampered records (threshold {study.THRESHOLD}): {tampered['records']}; failed with the mode stated "
-        f"{tampered['failed_stated']}, without it {tampered['failed_unstated']}; failed stated but passed unstated: {len(flipped)}; "
-        f"passed stated but failed unstated: {tampered['passed_stated_failed_unstated']}",
+        (
+            f"one-forward study's tampered records (threshold {study.THRESHOLD}): {tampered['records']}; failed with the mode stated "
+            f"{tampered['failed_stated']}, without it {tampered['failed_unstated']}; failed stated but passed unstated: {len(flipped)}; "
+            f"passed stated but failed unstated: {tampered['passed_stated_failed_unstated']}"
+        ),
         f"goal (every tampered record that failed with its mode stated fails without it): {'met' if not flipped else 'MISSED'}",
         f"wall time: recording (or reading) {figures['record_seconds']:.0f} s, validating the honest records {figures['validate_seconds']:.0f} s",
     ]
@@ -351,11 +396,17 @@ def report(figures: dict[str, Any]) -> tuple[str, bool]:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=REPO_ROOT / PEAKED_MODEL_DIR, help="the peaked embedded model (default)")
+    parser.add_argument(
+        "--model", type=Path, default=REPO_ROOT / PEAKED_MODEL_DIR, help="the peaked embedded model (default)"
+    )
     parser.add_argument("--records", type=int, default=50, help="honest records per cell (default 50: 1200 in all)")
     parser.add_argument("--seed", type=int, default=20261203)
-    parser.add_argument("--max-num-seqs", type=int, default=64, help="rows per engine step, and records made at once (default 64)")
-    parser.add_argument("--cache", type=Path, help="keep the records and verdicts here as they come; a rerun resumes from them")
+    parser.add_argument(
+        "--max-num-seqs", type=int, default=64, help="rows per engine step, and records made at once (default 64)"
+    )
+    parser.add_argument(
+        "--cache", type=Path, help="keep the records and verdicts here as they come; a rerun resumes from them"
+    )
     parser.add_argument("--json", type=Path, help="also write the figures (and every record's outcome) here")
     return parser.parse_args(argv)
 
@@ -366,7 +417,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise SystemExit(f"no model at {args.model}: `make test` builds the peaked model")
     log_path = Path(tempfile.mkdtemp(prefix="unstated-mode-")) / "server.log"
     started = time.perf_counter()
-    server = start_server(log_path, ["--model", str(args.model), *SHARED_SERVER_FLAGS, "--max-num-seqs", str(args.max_num_seqs)])
+    server = start_server(
+        log_path, ["--model", str(args.model), *SHARED_SERVER_FLAGS, "--max-num-seqs", str(args.max_num_seqs)]
+    )
     try:
         figures = asyncio.run(run(server.target, args))
     finally:

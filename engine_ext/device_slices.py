@@ -47,7 +47,11 @@ def plan_instances(requested: int | None, ranks: int, data_parallel_size: int) -
     from vllm.platforms import current_platform
 
     on_cpu = current_platform.is_cpu()
-    count = requested if requested is not None else (1 if on_cpu else auto_instance_count(current_platform.device_count(), ranks))
+    count = (
+        requested
+        if requested is not None
+        else (1 if on_cpu else auto_instance_count(current_platform.device_count(), ranks))
+    )
     if count == 1:
         return [DeviceSlice(0)]
     if data_parallel_size > 1:
@@ -61,7 +65,9 @@ def plan_instances(requested: int | None, ranks: int, data_parallel_size: int) -
             "mix the instances' engine metrics; unset it"
         )
     if on_cpu:
-        return cpu_slices(count, ranks, os.environ.get(CPU_BIND_VARIABLE, CPU_BIND_AUTO), sorted(os.sched_getaffinity(0)))
+        return cpu_slices(
+            count, ranks, os.environ.get(CPU_BIND_VARIABLE, CPU_BIND_AUTO), sorted(os.sched_getaffinity(0))
+        )
     variable = current_platform.device_control_env_var
     listed = os.environ.get(variable, "")
     visible = listed.split(",") if listed else [str(device) for device in range(current_platform.device_count())]
@@ -80,7 +86,9 @@ def accelerator_slices(count: int, ranks: int, variable: str, visible: Sequence[
             f"--instances {count} at {ranks} device(s) each needs {count * ranks} devices; {len(visible)} are visible "
             f"({variable}={','.join(visible) or 'unset'})"
         )
-    return [DeviceSlice(index, {variable: ",".join(visible[index * ranks : (index + 1) * ranks])}) for index in range(count)]
+    return [
+        DeviceSlice(index, {variable: ",".join(visible[index * ranks : (index + 1) * ranks])}) for index in range(count)
+    ]
 
 
 def cpu_slices(count: int, ranks: int, bind: str, cores: Sequence[int]) -> list[DeviceSlice]:
@@ -96,7 +104,10 @@ def cpu_slices(count: int, ranks: int, bind: str, cores: Sequence[int]) -> list[
                 f"{CPU_BIND_VARIABLE}={bind!r} lists {len(entries)} core set(s); --instances {count} at {ranks} rank(s) "
                 f"each needs {count * ranks}, one per rank, separated by '|'"
             )
-        return [DeviceSlice(index, {CPU_BIND_VARIABLE: "|".join(entries[index * ranks : (index + 1) * ranks])}) for index in range(count)]
+        return [
+            DeviceSlice(index, {CPU_BIND_VARIABLE: "|".join(entries[index * ranks : (index + 1) * ranks])})
+            for index in range(count)
+        ]
     per_rank = len(cores) // (count * ranks)
     if per_rank < 1:
         raise InstancesUnsupported(
@@ -105,7 +116,9 @@ def cpu_slices(count: int, ranks: int, bind: str, cores: Sequence[int]) -> list[
     slices = []
     for index in range(count):
         first = index * ranks * per_rank
-        per_rank_lists = [core_list(cores[first + rank * per_rank : first + (rank + 1) * per_rank]) for rank in range(ranks)]
+        per_rank_lists = [
+            core_list(cores[first + rank * per_rank : first + (rank + 1) * per_rank]) for rank in range(ranks)
+        ]
         slices.append(DeviceSlice(index, {CPU_BIND_VARIABLE: "|".join(per_rank_lists)}))
     return slices
 

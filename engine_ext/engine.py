@@ -11,7 +11,7 @@ and collective-RPC methods the plugin registers, each bounded by EngineCalls.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncGenerator, Collection
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
@@ -35,8 +35,8 @@ from engine_ext.packed_logprobs import request_packed_logprobs
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, PocBatch, PocBatchResult
 from engine_ext.request_outputs import RequestOutputReader
 from engine_ext.seams import seams_for_installed_vllm
-from engine_ext.vllm_version import UnsupportedVllmVersion, require_v1_model_runners
 from engine_ext.token_streams import TokenStreams, token_stream_possible
+from engine_ext.vllm_version import UnsupportedVllmVersion, require_v1_model_runners
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class MlnodeEngine:
         self._generating: set[str] = set()
         self._paused = False
 
-    async def generate(self, request: GenerationRequest) -> AsyncIterator[GenerationStep]:
+    async def generate(self, request: GenerationRequest) -> AsyncGenerator[GenerationStep, None]:
         """Submits the request; returns its steps until every output has finished.
 
         Raises EnginePaused, RequestRejected or EngineDead here; the steps' iterator raises
@@ -136,7 +136,10 @@ class MlnodeEngine:
             # The token stream's own iterator, with no layer between it and the caller: it runs once
             # per streamed token (its failures already arrive as engine_ext errors).
             steps = self._token_streams.outputs(stream)
-        return _split_both_modes(steps, request.top_logprobs) if both else steps
+        if not both:
+            return steps
+        assert request.top_logprobs is not None  # both modes are asked for with a k (GenerationRequest)
+        return _split_both_modes(steps, request.top_logprobs)
 
     def both_logprobs_modes_fit(self, k: int) -> bool:
         """Whether a request can carry both modes' top-k lists (GenerationRequest.both_logprobs_modes):
@@ -146,7 +149,7 @@ class MlnodeEngine:
 
     async def _generated_steps(
         self, engine_request: Any, params: Any, request_id: str, reader: RequestOutputReader
-    ) -> AsyncIterator[GenerationStep]:
+    ) -> AsyncGenerator[GenerationStep, None]:
         """vLLM's generate() path, as GenerationSteps and engine_ext errors."""
         self._generating.add(request_id)
         try:
@@ -163,7 +166,9 @@ class MlnodeEngine:
         """Ends the requests (given by their client-side ids) with finish reason abort."""
         streams = self._token_streams.streams_of(request_ids)
         streamed = {stream.external_request_id for stream in streams}
-        await self._abort_on_both_paths(streams, [request_id for request_id in request_ids if request_id not in streamed])
+        await self._abort_on_both_paths(
+            streams, [request_id for request_id in request_ids if request_id not in streamed]
+        )
 
     async def abort_all(self) -> int:
         """Ends every request in flight, on both paths, with finish reason abort; returns how many."""
@@ -196,7 +201,9 @@ class MlnodeEngine:
     async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
         """One PoC batch on KV blocks borrowed for it inside the same engine-core call
         (engine_ext.poc.block_lease); the result says when too few blocks were free."""
-        return PocBatchResult.from_wire(await self._guarded("PoC forward (utility call mlnode_poc_forward)", self._poc_call(batch)))
+        return PocBatchResult.from_wire(
+            await self._guarded("PoC forward (utility call mlnode_poc_forward)", self._poc_call(batch))
+        )
 
     async def compile_poc_forward(self) -> None:
         """Compiles the PoC forward now (for an engine with `poc_compiled`), so that no round or validation
@@ -210,16 +217,26 @@ class MlnodeEngine:
         are free for that, a small batch compiles it. A CPU tunes nothing at run time: a small batch."""
         result = await self._prepare_call(small=current_platform.is_cpu())
         if result.status == BATCH_INSUFFICIENT_BLOCKS:
-            log.warning("compiling the PoC forward on a small batch: %d KV blocks free, %d needed for a full-size one", result.free_blocks, result.needed_blocks)
+            log.warning(
+                "compiling the PoC forward on a small batch: %d KV blocks free, %d needed for a full-size one",
+                result.free_blocks,
+                result.needed_blocks,
+            )
             result = await self._prepare_call(small=True)
         if result.status != BATCH_OK:
-            raise PocForwardUnprepared(f"the compiled PoC forward's first batch came back {result.status}: {result.detail}")
+            raise PocForwardUnprepared(
+                f"the compiled PoC forward's first batch came back {result.status}: {result.detail}"
+            )
 
     async def _prepare_call(self, small: bool) -> PocBatchResult:
         config = self._llm.vllm_config
         scheduler = config.scheduler_config
-        nonces, seq_len = (2, PREPARE_SEQ_LEN) if small else full_size_shape(
-            scheduler.max_num_batched_tokens, scheduler.max_num_seqs, config.model_config.max_model_len
+        nonces, seq_len = (
+            (2, PREPARE_SEQ_LEN)
+            if small
+            else full_size_shape(
+                scheduler.max_num_batched_tokens, scheduler.max_num_seqs, config.model_config.max_model_len
+            )
         )
         batch = PocBatch(PREPARE_BLOCK_HASH, PREPARE_PUBLIC_KEY, tuple(range(nonces)), seq_len, PREPARE_K_DIM, False)
         try:
@@ -250,7 +267,9 @@ class MlnodeEngine:
         return await self._utility("mlnode_process_report")
 
     async def worker_reports(self) -> list[dict[str, Any]]:
-        return await self._guarded("worker report (collective_rpc mlnode_process_report)", self._llm.collective_rpc("mlnode_process_report"))
+        return await self._guarded(
+            "worker report (collective_rpc mlnode_process_report)", self._llm.collective_rpc("mlnode_process_report")
+        )
 
     def tokenizer(self) -> Any:
         """The served model's (Hugging Face) tokenizer, as the engine itself uses it."""
@@ -310,12 +329,15 @@ def speculation_refusal(request: GenerationRequest, mode: LogprobsMode) -> Reque
         return RequestRejected("replays (enforced tokens) are not served while speculative decoding is on", "request")
     if request.top_logprobs is not None and mode != LogprobsMode.PROCESSED:
         return RequestRejected(
-            f"{mode.value} are not served while speculative decoding is on: only processed_logprobs are", "logprobs_mode"
+            f"{mode.value} are not served while speculative decoding is on: only processed_logprobs are",
+            "logprobs_mode",
         )
     return None
 
 
-async def _split_both_modes(steps: AsyncIterator[GenerationStep], k: int) -> AsyncIterator[GenerationStep]:
+async def _split_both_modes(
+    steps: AsyncGenerator[GenerationStep, None], k: int
+) -> AsyncGenerator[GenerationStep, None]:
     """Each output's 2k+1-wide lists as its processed `logprobs` and raw `raw_logprobs`; closing this
     closes (and so aborts) the request's own iterator."""
     async with aclosing(steps):

@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.platforms import current_platform
@@ -33,7 +33,7 @@ KV_TENSORS_PER_LAYER = 2
 KV_BYTES_PER_VALUE = 2
 # Grammar degradation during validation replays is a seam on xgrammar's grammar class only
 # (engine_ext.seams); vLLM's default, "auto", hands what xgrammar cannot compile to guidance or outlines.
-STRUCTURED_OUTPUT_BACKEND = "xgrammar"
+STRUCTURED_OUTPUT_BACKEND: Final = "xgrammar"
 VLLM_DEFAULT_STRUCTURED_OUTPUT_BACKEND = "auto"
 # The production PoC batch, 32 x 1024 tokens (poc-v2.md section 9).
 POC_MAX_NUM_BATCHED_TOKENS = 32768
@@ -136,7 +136,10 @@ def _default_model_environment(args: AsyncEngineArgs, model_dir: Path) -> dict[s
     log.info(
         "KV cache: %d GiB, for %d sequences of %d tokens (the default model's whole context at the "
         "batch's full concurrency); set %s (GiB) to change it",
-        gib, max_num_seqs, max_model_len, CPU_KV_CACHE_ENV,
+        gib,
+        max_num_seqs,
+        max_model_len,
+        CPU_KV_CACHE_ENV,
     )
     return {CPU_KV_CACHE_ENV: str(gib)}
 

@@ -11,9 +11,9 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.v1.engine.async_llm import AsyncLLM
 
 from engine_ext.consensus.logprobs_mode import DEFAULT_MODE, LogprobsMode
+from engine_ext.device_slices import DeviceSlice, overlaid_environment
 from engine_ext.engine import MlnodeEngine
 from engine_ext.engine_args import STRUCTURED_OUTPUT_BACKEND, USAGE_CONTEXT, EngineSettings
-from engine_ext.device_slices import DeviceSlice, overlaid_environment
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.engine_metrics import claim_engine_metrics
 from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY
@@ -73,7 +73,9 @@ def require_v1_model_runner_asked() -> None:
         )
 
 
-def require_processed_default_under_speculation(engine_args: AsyncEngineArgs, default_logprobs_mode: LogprobsMode) -> None:
+def require_processed_default_under_speculation(
+    engine_args: AsyncEngineArgs, default_logprobs_mode: LogprobsMode
+) -> None:
     """Under speculative decoding every request's logprobs are processed (engine.speculation_refusal):
     a raw default would refuse every request that asks for logprobs without naming a mode."""
     if engine_args.speculative_config is not None and default_logprobs_mode != LogprobsMode.PROCESSED:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from vllm.sampling_params import RequestOutputKind, SamplingParams, StructuredOutputsParams
 
+from engine_ext.both_logprobs_modes import both_modes_width
 from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.errors import RequestRejected
-from engine_ext.both_logprobs_modes import both_modes_width
 from engine_ext.replay_rows import BOTH_LOGPROBS_MODES, LOGPROBS_MODE_ARG, REPLAY_TOKENS_ARG
 from engine_ext.seams import seams_for_installed_vllm
 
@@ -117,10 +117,12 @@ def sampling_params(request: GenerationRequest, logprobs_mode: LogprobsMode, eos
 def _structured_outputs(constraint: Constraint | None) -> StructuredOutputsParams | None:
     if constraint is None:
         return None
+    # Each kind's value has its own type (server.translation.structured_output): choices a tuple, the others a string.
     if constraint.kind == "json_schema":
-        return StructuredOutputsParams(json=constraint.value)
+        return StructuredOutputsParams(json=cast(str, constraint.value))
     if constraint.kind == "choice":
-        return StructuredOutputsParams(choice=list(constraint.value))
+        return StructuredOutputsParams(choice=list(cast(tuple[str, ...], constraint.value)))
     if constraint.kind == "json_object":
         return StructuredOutputsParams(json_object=True)
-    return StructuredOutputsParams(**{constraint.kind: constraint.value})
+    options: dict[str, Any] = {constraint.kind: constraint.value}  # regex or grammar: vLLM's field of that name
+    return StructuredOutputsParams(**options)

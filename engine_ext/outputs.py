@@ -27,12 +27,15 @@ class LogprobColumns:
     top_ids: list[int] = field(default_factory=list)
     top_logprobs: list[float] = field(default_factory=list)
 
-    def slice(self, start: int, end: int, k: int) -> "LogprobColumns":
+    def slice(self, start: int, end: int, k: int) -> LogprobColumns:
         """Positions start..end-1 (itself when that is every position: no copies on the common path)."""
         if start == 0 and end >= len(self.logprobs):
             return self
         return LogprobColumns(
-            self.logprobs[start:end], self.ranks[start:end], self.top_ids[start * k : end * k], self.top_logprobs[start * k : end * k]
+            self.logprobs[start:end],
+            self.ranks[start:end],
+            self.top_ids[start * k : end * k],
+            self.top_logprobs[start * k : end * k],
         )
 
 

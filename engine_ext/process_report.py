@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 from typing import Any
 
-
 # What decides where a process runs and how its ranks talk, as the process itself sees it: its instance's device
 # slice (engine_ext.device_slices) and the host's NVLink-multicast settings, which every engine must get
 # (mlnode-http-api.md section 7). /proc/<pid>/environ cannot tell: vLLM's process titles overwrite it.
@@ -24,7 +23,12 @@ def describe_this_process() -> dict[str, Any]:
     from engine_ext.seams import installed_seams
 
     environment = {name: os.environ[name] for name in REPORTED_VARIABLES if name in os.environ}
-    return {"pid": os.getpid(), "vllm_version": vllm.__version__, "seams": installed_seams(), "environment": environment}
+    return {
+        "pid": os.getpid(),
+        "vllm_version": vllm.__version__,
+        "seams": installed_seams(),
+        "environment": environment,
+    }
 
 
 def describe_model_runner(runner: Any) -> dict[str, Any]:
@@ -33,4 +37,7 @@ def describe_model_runner(runner: Any) -> dict[str, Any]:
 
     kind = type(runner)
     # The V1 runners of every platform (CPU, XPU...) derive from the GPU one; the V2 runners do not.
-    return {"model_runner": f"{kind.__module__}.{kind.__qualname__}", "v1_model_runner": isinstance(runner, GPUModelRunner)}
+    return {
+        "model_runner": f"{kind.__module__}.{kind.__qualname__}",
+        "v1_model_runner": isinstance(runner, GPUModelRunner),
+    }

@@ -41,6 +41,7 @@ class RowState:
 
     def next_enforced_token(self) -> int:
         enforced = self.enforced
+        assert enforced is not None  # asked of replays only
         position = len(self.output_token_ids)
         return enforced[position] if position < len(enforced) else enforced[-1]
 
@@ -104,6 +105,7 @@ class ReplayRows(LogitsProcessor):
         by_k: dict[int, list[int]] = {}
         for index, state in self._rows.items():
             if state.logprobs_mode == BOTH_LOGPROBS_MODES and index < num_rows:
+                assert state.num_logprobs is not None  # both modes are asked for with logprobs
                 by_k.setdefault(k_of_both_modes_width(state.num_logprobs), []).append(index)
         return [(k, self._on_device(rows, torch.long, device)) for k, rows in by_k.items()]
 
@@ -125,7 +127,9 @@ class ReplayRows(LogitsProcessor):
             return sampled
         tokens = [self._rows[index].next_enforced_token() for index in rows]
         forced = sampled.clone()
-        forced[self._on_device(rows, torch.long, sampled.device)] = self._on_device(tokens, sampled.dtype, sampled.device)
+        forced[self._on_device(rows, torch.long, sampled.device)] = self._on_device(
+            tokens, sampled.dtype, sampled.device
+        )
         return forced
 
     def _on_device(self, values: list[Any], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -160,7 +164,9 @@ def _row_state(params: SamplingParams, output_token_ids: list[int]) -> RowState 
     mode = extra.get(LOGPROBS_MODE_ARG) if params.logprobs is not None else None
     if enforced is None and mode is None:
         return None
-    return RowState(None if enforced is None else [int(token) for token in enforced], output_token_ids, mode, params.logprobs)
+    return RowState(
+        None if enforced is None else [int(token) for token in enforced], output_token_ids, mode, params.logprobs
+    )
 
 
 def find_replay_rows(sampling_metadata: Any) -> ReplayRows | None:

@@ -8,7 +8,7 @@ when it is itself in the top-k; both layouts are read here.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from vllm.logprobs import FlatLogprobs
 from vllm.outputs import CompletionOutput, RequestOutput
@@ -20,7 +20,9 @@ from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColu
 class RequestOutputReader:
     """One request's RequestOutputs as GenerationSteps (prompt logprobs only on the first step)."""
 
-    def __init__(self, top_logprobs: int | None, prompt_logprobs: int | None, include_text: bool, pad_masked: bool = False) -> None:
+    def __init__(
+        self, top_logprobs: int | None, prompt_logprobs: int | None, include_text: bool, pad_masked: bool = False
+    ) -> None:
         self._top_logprobs = top_logprobs
         # Processed-mode logprobs: masked top-k entries take the lowest ids (engine_ext.logprob_padding).
         self._pad_masked = pad_masked
@@ -35,8 +37,9 @@ class RequestOutputReader:
         step = GenerationStep(outputs, output.finished)
         if self._prompt_logprobs is not None and not self._prompt_logprobs_sent and output.prompt_logprobs:
             # Position 0 of vLLM's prompt logprobs is the unscored first token.
+            assert output.prompt_token_ids is not None  # a prompt of token ids, whose logprobs are here
             scored_ids = list(output.prompt_token_ids[1:])
-            columns = logprob_columns(output.prompt_logprobs, scored_ids, 1, self._prompt_logprobs)
+            columns = logprob_columns(as_flat(output.prompt_logprobs), scored_ids, 1, self._prompt_logprobs)
             step.prompt_logprobs = PromptLogprobs(scored_ids, columns)
             self._prompt_logprobs_sent = True
         return step
@@ -44,18 +47,33 @@ class RequestOutputReader:
     def _output_delta(self, completion: CompletionOutput, prompt_tokens: int, cached_tokens: int) -> OutputDelta:
         token_ids = list(completion.token_ids)
         k = self._top_logprobs
-        columns = logprob_columns(completion.logprobs, token_ids, 0, k) if k is not None and token_ids else None
-        if columns is not None and self._pad_masked:
+        columns = (
+            logprob_columns(as_flat(completion.logprobs), token_ids, 0, k) if k is not None and token_ids else None
+        )
+        if columns is not None and k is not None and self._pad_masked:
             pad_masked_entries(columns, k)
         finish = None
         if completion.finish_reason is not None:
-            finish = Finish(finish_reason(completion.finish_reason), completion.stop_reason, prompt_tokens, cached_tokens)
+            finish = Finish(
+                finish_reason(completion.finish_reason), completion.stop_reason, prompt_tokens, cached_tokens
+            )
         return OutputDelta(completion.index, token_ids, columns, completion.text if self._include_text else "", finish)
 
 
 def finish_reason(name: Any) -> FinishReason:
     """vLLM's finish reason (its string form: stop, length, abort, error) as the project's."""
     return FinishReason(str(name))
+
+
+def as_flat(logprobs: object) -> FlatLogprobs:
+    """vLLM's logprobs of a request that asked for flat ones (engine_ext.generation_request: flat_logprobs=True)."""
+    return cast(FlatLogprobs, logprobs)
+
+
+def ranks_of(ranks: list[int | None]) -> list[int]:
+    """FlatLogprobs' ranks: every one is set (vLLM's logprobs processor fills a rank per entry; only a Logprob built by
+    hand has none)."""
+    return cast(list[int], ranks)
 
 
 def logprob_columns(flat: FlatLogprobs, chosen_ids: list[int], first_position: int, k: int) -> LogprobColumns:
@@ -74,7 +92,7 @@ def logprob_columns(flat: FlatLogprobs, chosen_ids: list[int], first_position: i
 def _regular_columns(flat: FlatLogprobs, lo: int, hi: int, width: int) -> LogprobColumns:
     # Every position holds exactly [chosen, top-1..top-k]: strided slices, all in C.
     logprobs = flat.logprobs[lo:hi]
-    columns = LogprobColumns(logprobs=logprobs[0::width], ranks=flat.ranks[lo:hi:width])
+    columns = LogprobColumns(logprobs=logprobs[0::width], ranks=ranks_of(flat.ranks[lo:hi:width]))
     if width > 1:
         top_ids = flat.token_ids[lo:hi]
         del top_ids[0::width]
@@ -89,7 +107,7 @@ def _merged_columns(flat: FlatLogprobs, chosen_ids: list[int], first_position: i
     for offset, chosen in enumerate(chosen_ids):
         position = first_position + offset
         lo, hi = flat.start_indices[position], flat.end_indices[position]
-        entries = list(zip(flat.token_ids[lo:hi], flat.logprobs[lo:hi], flat.ranks[lo:hi]))
+        entries = list(zip(flat.token_ids[lo:hi], flat.logprobs[lo:hi], ranks_of(flat.ranks[lo:hi])))
         chosen_entry = next(entry for entry in entries if entry[0] == chosen)
         columns.logprobs.append(chosen_entry[1])
         columns.ranks.append(chosen_entry[2])

@@ -21,7 +21,7 @@ stream's outputs away before vLLM's processing sees them.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
 from vllm.sampling_params import RequestOutputKind, SamplingParams
@@ -40,7 +40,11 @@ from engine_ext.seams import seams_for_installed_vllm, token_stream_request_stat
 
 def stream_failure(error: Exception) -> EngineError:
     """What a stream's consumer gets when vLLM's output handler fails: the project's own error."""
-    failure = EngineDead("the engine has died") if isinstance(error, EngineDeadError) else RequestFailed(f"the engine failed: {error!r}")
+    failure = (
+        EngineDead("the engine has died")
+        if isinstance(error, EngineDeadError)
+        else RequestFailed(f"the engine failed: {error!r}")
+    )
     failure.__cause__ = error
     return failure
 
@@ -136,7 +140,7 @@ class TokenStream:
         self._token_ids, self._packed_logprobs = [], []
         k = self.top_logprobs
         columns = LogprobColumns(*unpack(packed, k)) if k is not None and token_ids else None
-        if columns is not None and self.pad_masked:
+        if columns is not None and k is not None and self.pad_masked:
             pad_masked_entries(columns, k)
         finish = None
         if self._finish_reason is not None:
@@ -175,6 +179,7 @@ class TokenStreams:
         llm.input_processor.assign_request_id(request)
         llm._run_output_handler()  # started lazily by vLLM on its first request
         params = request.sampling_params
+        assert params is not None  # a generation request (a pooling one has no sampling params)
         stream = TokenStream(
             request.request_id,
             request_id,
@@ -192,7 +197,7 @@ class TokenStreams:
             raise
         return stream
 
-    async def outputs(self, stream: TokenStream) -> AsyncIterator[GenerationStep]:
+    async def outputs(self, stream: TokenStream) -> AsyncGenerator[GenerationStep, None]:
         """The stream's steps until its finish; leaving early (cancellation, close) aborts it in the engine."""
         loop = asyncio.get_running_loop()
         try:
@@ -233,7 +238,10 @@ class TokenStreams:
         return process_outputs_and_streams
 
     def _deliver(
-        self, outputs: list[EngineCoreOutput], engine_core_timestamp: float | None, iteration_stats: IterationStats | None
+        self,
+        outputs: list[EngineCoreOutput],
+        engine_core_timestamp: float | None,
+        iteration_stats: IterationStats | None,
     ) -> list[EngineCoreOutput]:
         """Appends the streams' outputs to them; returns the others, for vLLM's own processing."""
         streams = self._streams
@@ -261,14 +269,16 @@ class TokenStreams:
                         self._llm.output_processor.lora_states,
                     )
                 else:
-                    self._seams.count_token_stream_tokens(iteration_stats, output, stream.prefilling, stream.prompt_length)
+                    self._seams.count_token_stream_tokens(
+                        iteration_stats, output, stream.prefilling, stream.prompt_length
+                    )
             stream.prefilling = False
             stream.append(output)
             if stream.done:
                 del streams[output.request_id]
         return others
 
-    def _failing_too(self, propagate_error: Callable[[Exception], None]) -> Callable[[Exception], None]:
+    def _failing_too(self, propagate_error: Callable[[Exception], Any]) -> Callable[..., Any]:
         def propagate_error_to_streams(error: Exception) -> None:
             streams, self._streams = list(self._streams.values()), {}
             failure = stream_failure(error)

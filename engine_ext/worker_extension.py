@@ -9,6 +9,9 @@ WORKER_EXTENSION_CLASS = "engine_ext.worker_extension.MlnodeWorkerExtension"
 
 
 class MlnodeWorkerExtension:
+    # The worker's (vLLM mixes this class into its Worker): vLLM's GPU or CPU model runner, which it types per platform.
+    model_runner: Any
+
     def mlnode_process_report(self) -> dict[str, Any]:
         from engine_ext.process_report import describe_model_runner, describe_this_process
         from engine_ext.replay_rows import replay_rows_of
@@ -16,9 +19,15 @@ class MlnodeWorkerExtension:
         runner = describe_model_runner(self.model_runner)
         # A V2 runner has no V1 input batch; the server refuses it on this report (MlnodeEngine.require_extension).
         replay = replay_rows_of(self.model_runner.input_batch.logitsprocs) if runner["v1_model_runner"] else None
-        return {**describe_this_process(), **runner, "mixed_logprobs_steps": 0 if replay is None else replay.mixed_steps}
+        return {
+            **describe_this_process(),
+            **runner,
+            "mixed_logprobs_steps": 0 if replay is None else replay.mixed_steps,
+        }
 
-    def mlnode_poc_forward(self, wire_batch: dict[str, Any], block_ids: list[list[int]], compiled: bool) -> dict[str, Any] | None:
+    def mlnode_poc_forward(
+        self, wire_batch: dict[str, Any], block_ids: list[list[int]], compiled: bool
+    ) -> dict[str, Any] | None:
         """One PoC batch on this rank (engine_ext.poc.worker_forward), on KV blocks the engine core
         borrowed for it, with the compiled or the eager forward; None on ranks that do not compute
         the head."""

@@ -102,7 +102,9 @@ class StartupError(RuntimeError):
     pass
 
 
-async def serve(options: ServerOptions, credentials: ServerCredentials, engine_args: EngineSettings, store_lock: StoreLock) -> int:
+async def serve(
+    options: ServerOptions, credentials: ServerCredentials, engine_args: EngineSettings, store_lock: StoreLock
+) -> int:
     """`store_lock`: the callback store's, claimed by the caller; the store is opened (and closed) here."""
     # Installed before the engines' blocking starts: a signal that arrives meanwhile is only noted
     # (a Python-level handler raising inside vLLM's startup poll would be swallowed) and acted on
@@ -118,13 +120,24 @@ async def serve(options: ServerOptions, credentials: ServerCredentials, engine_a
         try:
             for device_slice in slices:
                 if len(slices) > 1:
-                    log.info("starting engine instance %d of %d on %s", device_slice.index, len(slices), device_slice.describe())
+                    log.info(
+                        "starting engine instance %d of %d on %s",
+                        device_slice.index,
+                        len(slices),
+                        device_slice.describe(),
+                    )
                 engines.append(_start_engine(options, engine_args, device_slice))
         except (EngineConfigurationError, UnsupportedVllmVersion) as error:
             raise StartupError(str(error)) from error
         instances = EngineInstances(
             [
-                EngineInstance(device_slice.index, engine, PocBatchRunner(engine, options.poc.block_wait_seconds), device_slice.describe(), len(slices) == 1)
+                EngineInstance(
+                    device_slice.index,
+                    engine,
+                    PocBatchRunner(engine, options.poc.block_wait_seconds),
+                    device_slice.describe(),
+                    len(slices) == 1,
+                )
                 for device_slice, engine in zip(slices, engines)
             ],
             options.min_instances,
@@ -139,12 +152,16 @@ def _device_slices(options: ServerOptions, engine_args: EngineSettings) -> list[
     vllm_args = engine_args.vllm_args
     try:
         slices = plan_instances(
-            options.instances, vllm_args.tensor_parallel_size * vllm_args.pipeline_parallel_size, vllm_args.data_parallel_size
+            options.instances,
+            vllm_args.tensor_parallel_size * vllm_args.pipeline_parallel_size,
+            vllm_args.data_parallel_size,
         )
     except InstancesUnsupported as error:
         raise StartupError(str(error)) from error
     if options.min_instances > len(slices):
-        raise StartupError(f"--min-instances {options.min_instances} is more than the {len(slices)} instance(s) this server runs")
+        raise StartupError(
+            f"--min-instances {options.min_instances} is more than the {len(slices)} instance(s) this server runs"
+        )
     return slices
 
 
@@ -154,7 +171,12 @@ def _start_engine(options: ServerOptions, engine_args: EngineSettings, device_sl
     # With metrics, token streams feed vLLM's per-request metrics too (about 2 µs a token).
     request_metrics = options.metrics is not None
     return create_engine(
-        engine_args, calls, LOGPROBS_MODES[options.default_logprobs_mode], request_metrics, options.poc.compiled_forward, device_slice
+        engine_args,
+        calls,
+        LOGPROBS_MODES[options.default_logprobs_mode],
+        request_metrics,
+        options.poc.compiled_forward,
+        device_slice,
     )
 
 
@@ -168,12 +190,18 @@ async def _compile_poc_forward(instances: EngineInstances) -> None:
         await instances.first.engine.compile_poc_forward()
         await asyncio.gather(*(instance.engine.compile_poc_forward() for instance in list(instances)[1:]))
     except Exception as error:  # torch.compile's failures have no common base class
-        raise StartupError(f"the PoC forward did not compile ({error}); --poc-forward eager runs it uncompiled") from error
+        raise StartupError(
+            f"the PoC forward did not compile ({error}); --poc-forward eager runs it uncompiled"
+        ) from error
     log.info("PoC forward compiled in %.1f s", time.monotonic() - started)
 
 
 async def _serve_engines(
-    instances: EngineInstances, options: ServerOptions, credentials: ServerCredentials, trigger: ShutdownTrigger, store_lock: StoreLock
+    instances: EngineInstances,
+    options: ServerOptions,
+    credentials: ServerCredentials,
+    trigger: ShutdownTrigger,
+    store_lock: StoreLock,
 ) -> int:
     try:
         await asyncio.gather(*(instance.engine.require_extension() for instance in instances))
@@ -209,7 +237,9 @@ async def _serve_engines(
     )
     translator = RequestTranslator(facts, PromptReader(facts, limits, tokenizers))
     versions = pb.Versions(**component_versions(), grpc=grpc.__version__)
-    servicer = InferenceServicer(instances, facts, limits, options.max_request_bytes, translator, registry, admission, versions, authorizer)
+    servicer = InferenceServicer(
+        instances, facts, limits, options.max_request_bytes, translator, registry, admission, versions, authorizer
+    )
 
     metrics = None if options.metrics is None else ServerMetrics(options.metrics, instances, poc.control, poc.sender)
     # Authorization first: a refused caller reaches no other interceptor and learns nothing else.
@@ -221,17 +251,21 @@ async def _serve_engines(
     )
     server = grpc.aio.server(interceptors=interceptors, options=grpc_server_options(options))
     add_raw_request_service(server, INFERENCE_SERVICE, servicer)
-    validation = ValidationServicer(instances, facts, translator, admission, registry, poc.limits, poc.deliver_validated)
+    validation = ValidationServicer(
+        instances, facts, translator, admission, registry, poc.limits, poc.deliver_validated
+    )
     add_raw_request_service(server, VALIDATION_SERVICE, validation)
     add_raw_request_service(server, POC_SERVICE, poc.servicer)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     health_service = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-    enable_reflection(server, (INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name, POC_SERVICE.full_name, health_service))
+    enable_reflection(
+        server, (INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name, POC_SERVICE.full_name, health_service)
+    )
     try:
         _listen(server, options.address, credentials.tls)
     except RuntimeError as error:
         raise StartupError(f"cannot listen on {options.address}: {error}") from error
-    if metrics is not None:
+    if metrics is not None and options.metrics is not None:  # one is None exactly when the other is
         try:
             await metrics.start(engine.logs_stats)
         except OSError as error:
@@ -241,10 +275,20 @@ async def _serve_engines(
     await server.start()
     for service in (*HEALTH_CHECKED_SERVICES, *(instance_health_name(instance.index) for instance in instances)):
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)
-    log.info("serving %s on %s (%s; %d engine instance(s))", facts.served_model_name, options.address, credentials.summary(), len(instances))
+    log.info(
+        "serving %s on %s (%s; %d engine instance(s))",
+        facts.served_model_name,
+        options.address,
+        credentials.summary(),
+        len(instances),
+    )
 
     poc.sender.start()
-    background = [asyncio.create_task(watch_instances(instances, trigger, health, HEALTH_CHECKED_SERVICES, admission, GATED_SERVICES))]
+    background = [
+        asyncio.create_task(
+            watch_instances(instances, trigger, health, HEALTH_CHECKED_SERVICES, admission, GATED_SERVICES)
+        )
+    ]
     if engine.logs_stats:
         background += [asyncio.create_task(_log_engine_stats(instance.engine)) for instance in instances]
     await trigger.wait()

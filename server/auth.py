@@ -17,7 +17,8 @@ AUTH_TOKEN_INVALID, before its handler runs. Neither the error nor the log repea
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 import grpc
 
@@ -33,7 +34,7 @@ BEARER_SCHEME = "bearer"
 PROTECTED_SERVICES = frozenset({"gonka.mlnode.v1.ValidationService", "gonka.mlnode.v1.PocService"})
 PROTECTED_METHODS = frozenset({"/gonka.mlnode.v1.InferenceService/Abort"})
 
-Metadata = Sequence[tuple[str, str | bytes]]
+Metadata = Iterable[tuple[str, str | bytes]]
 
 
 def is_protected(method: str) -> bool:
@@ -83,9 +84,9 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None or not is_protected(handler_call_details.method):
             return handler

@@ -17,7 +17,9 @@ log = logging.getLogger(__name__)
 PAUSED_RETRY_AFTER_SECONDS = 1.0
 
 
-def engine_failure(error: Exception, plan: GenerationPlan | None, admission: Admission, instance: EngineInstance | None = None) -> ServiceError:
+def engine_failure(
+    error: Exception, plan: GenerationPlan | None, admission: Admission, instance: EngineInstance | None = None
+) -> ServiceError:
     """`instance`: the engine instance the failed work ran on, where one did."""
     if isinstance(error, ServiceError):
         return error
@@ -33,7 +35,10 @@ def engine_failure(error: Exception, plan: GenerationPlan | None, admission: Adm
             # It slipped past the gate interceptor while the round was starting.
             return admission.gate.refusal()
         return ServiceError(
-            grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_PAUSED, "the engine is paused", retry_after_seconds=PAUSED_RETRY_AFTER_SECONDS
+            grpc.StatusCode.UNAVAILABLE,
+            Reason.ENGINE_PAUSED,
+            "the engine is paused",
+            retry_after_seconds=PAUSED_RETRY_AFTER_SECONDS,
         )
     if isinstance(error, EngineCallTimeout):
         return ServiceError(grpc.StatusCode.DEADLINE_EXCEEDED, Reason.ENGINE_CALL_TIMEOUT, str(error))
@@ -47,7 +52,9 @@ def engine_failure(error: Exception, plan: GenerationPlan | None, admission: Adm
 def _rejection(error: RequestRejected, plan: GenerationPlan | None) -> ServiceError:
     """The engine's own input validation refused the request (the checks before it cover the rest)."""
     if error.part == "constraint" and plan is not None and plan.constraint_field is not None:
-        return invalid_field(plan.constraint_field, f"the engine rejected the constraint: {error.message}", Reason.INVALID_CONSTRAINT)
+        return invalid_field(
+            plan.constraint_field, f"the engine rejected the constraint: {error.message}", Reason.INVALID_CONSTRAINT
+        )
     if error.part == "sampling":
         return invalid_field("sampling", error.message)
     if error.part == "logprobs_mode":

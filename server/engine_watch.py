@@ -47,7 +47,9 @@ async def watch_instances(
             _log_change(instance.name, states[instance.index], state, instance.engine.calls.problem(), instance.alone)
             states[instance.index] = state
             if admission.is_open:
-                await health.set(instance_health_name(instance.index), SERVING if state is InstanceState.SERVING else NOT_SERVING)
+                await health.set(
+                    instance_health_name(instance.index), SERVING if state is InstanceState.SERVING else NOT_SERVING
+                )
         shortfall = instances.below_minimum()
         if shortfall is not None:
             log.error("%s; going down", shortfall)

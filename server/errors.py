@@ -8,9 +8,11 @@ a BadRequest field violation naming the field.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import NoReturn
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 
 from gonka.mlnode.v1 import errors_pb2
@@ -30,7 +32,7 @@ def echoed(value: str) -> str:
     length said when longer."""
     if len(value) <= ECHO_CHARS:
         return ascii(value)
-    return f"{ascii(value[:ECHO_CHARS])}... (cut: {len(value)} characters)"
+    return f"{value[:ECHO_CHARS]!a}... (cut: {len(value)} characters)"
 
 
 class ServiceError(Exception):
@@ -65,7 +67,7 @@ class ServiceError(Exception):
         info.metadata.update(self.metadata)
         if self.field:
             info.metadata["field"] = self.field
-        details = [info]
+        details: list[Message] = [info]
         if self.field:
             violation = error_details_pb2.BadRequest.FieldViolation(field=self.field, description=self.message)
             details.append(error_details_pb2.BadRequest(field_violations=[violation]))
@@ -81,7 +83,9 @@ class ServiceError(Exception):
         return status_pb2.Status(code=self.code.value[0], message=self.message, details=packed)
 
     def trailing_metadata(self) -> tuple[tuple[str, bytes | str], ...]:
-        trailers: tuple[tuple[str, bytes | str], ...] = (("grpc-status-details-bin", self.to_status_proto().SerializeToString()),)
+        trailers: tuple[tuple[str, bytes | str], ...] = (
+            ("grpc-status-details-bin", self.to_status_proto().SerializeToString()),
+        )
         if self.retry_after_seconds is not None:
             # gRPC's own retry policies read this trailer (gRFC A6), not RetryInfo.
             trailers += (("grpc-retry-pushback-ms", str(round(self.retry_after_seconds * 1000))),)
@@ -92,6 +96,6 @@ def invalid_field(field: str, message: str, reason: int = Reason.INVALID_FIELD) 
     return ServiceError(grpc.StatusCode.INVALID_ARGUMENT, reason, f"{field}: {message}", field=field)
 
 
-async def abort_with(context: grpc.aio.ServicerContext, error: ServiceError) -> None:
+async def abort_with(context: grpc.aio.ServicerContext, error: ServiceError) -> NoReturn:
     """Ends the RPC with `error` (raises, as grpc.aio's abort does)."""
     await context.abort(error.code, error.message, trailing_metadata=error.trailing_metadata())

@@ -49,11 +49,15 @@ async def run_replay(instance: EngineInstance, plan: GenerationPlan, admission: 
             async for step in steps:
                 for delta in step.outputs:
                     if delta.logprobs is not None and k:
-                        positions.extend(zip(delta.token_ids, map(dict, chain_top_lists(delta.token_ids, delta.logprobs, k))))
+                        positions.extend(
+                            zip(delta.token_ids, map(dict, chain_top_lists(delta.token_ids, delta.logprobs, k)))
+                        )
                     elif delta.token_ids:
                         positions.extend((token, {}) for token in delta.token_ids)
-                    if raw_positions is not None and delta.raw_logprobs is not None:
-                        raw_positions.extend(zip(delta.token_ids, map(dict, chain_top_lists(delta.token_ids, delta.raw_logprobs, k))))
+                    if raw_positions is not None and delta.raw_logprobs is not None and k is not None:
+                        raw_positions.extend(
+                            zip(delta.token_ids, map(dict, chain_top_lists(delta.token_ids, delta.raw_logprobs, k)))
+                        )
                     if delta.finish is not None:
                         finish = delta.finish
     except RequestFailed as error:
@@ -88,7 +92,9 @@ def replay_end_error(
         if admission.gate.closed:
             return admission.gate.preemption()
         return replay_incomplete(f"the replay was aborted after {replayed} of the record's {recorded} tokens")
-    return replay_incomplete(f"the engine failed the replay after {replayed} of the record's {recorded} tokens (finish {finish.reason.value})")
+    return replay_incomplete(
+        f"the engine failed the replay after {replayed} of the record's {recorded} tokens (finish {finish.reason.value})"
+    )
 
 
 def require_fits_the_context(request: GenerationRequest, recorded: int, max_model_len: int) -> None:

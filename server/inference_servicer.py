@@ -33,7 +33,6 @@ from server.translation import GenerationPlan, RequestTranslator
 from server.translation.prompt import PromptLimits
 
 
-
 class InferenceServicer:
     def __init__(
         self,
@@ -81,7 +80,11 @@ class InferenceServicer:
                             for message in encoder.encode(step):
                                 yield message
                             if step.finished:
-                                if _aborted(step) and not entry.abort_requested and self._admission.gate.closings != gate_closings:
+                                if (
+                                    _aborted(step)
+                                    and not entry.abort_requested
+                                    and self._admission.gate.closings != gate_closings
+                                ):
                                     # A mining round started while it ran, and aborted it.
                                     failure = self._admission.gate.preemption()
                                 break
@@ -153,15 +156,19 @@ class InferenceServicer:
         )
         # Every instance at once: one stuck or slow engine delays the answer by its own call only.
         reports = await asyncio.gather(
-            *(_instance_report(instance, request.include_engine_processes) for instance in self._instances), return_exceptions=True
+            *(_instance_report(instance, request.include_engine_processes) for instance in self._instances),
+            return_exceptions=True,
         )
         if len(reports) == 1 and isinstance(reports[0], Exception):
             # One engine: its failure is the answer's (an instance of several is reported in its entry instead).
             await abort_with(context, engine_failure(reports[0], None, self._admission, self._instances.first))
         answered = []
-        for instance, report in zip(self._instances, reports):
-            if isinstance(report, BaseException):
-                report = InstanceReport(_instance_entry(instance, problem=str(report) or repr(report)))
+        for instance, outcome in zip(self._instances, reports):
+            report = (
+                InstanceReport(_instance_entry(instance, problem=str(outcome) or repr(outcome)))
+                if isinstance(outcome, BaseException)
+                else outcome
+            )
             response.instances.append(report.entry)
             response.engine_processes.extend(report.processes)
             if report.entry.HasField("running_requests"):
@@ -173,8 +180,14 @@ class InferenceServicer:
         else:
             # No engine answers: why (with one instance, exactly as before there were instances).
             problems = [entry.engine_problem for entry in response.instances if entry.engine_problem]
-            response.engine_problem = problems[0] if len(self._instances) == 1 and problems else "; ".join(
-                f"instance {entry.index}: {entry.engine_problem}" for entry in response.instances if entry.engine_problem
+            response.engine_problem = (
+                problems[0]
+                if len(self._instances) == 1 and problems
+                else "; ".join(
+                    f"instance {entry.index}: {entry.engine_problem}"
+                    for entry in response.instances
+                    if entry.engine_problem
+                )
             )
         return response
 
@@ -183,6 +196,7 @@ class InferenceServicer:
             return decode_request(message_class, raw)
         except ServiceError as error:
             await abort_with(context, error)
+
 
 def _aborted(step: GenerationStep) -> bool:
     return any(delta.finish is not None and delta.finish.reason is FinishReason.ABORT for delta in step.outputs)
@@ -229,13 +243,15 @@ async def _instance_report(instance: EngineInstance, include_processes: bool) ->
     entry.waiting_requests = state.waiting
     entry.kv_cache_usage = state.kv_cache_usage
     if include_processes:
-        report.processes.append(_engine_process(instance.index, pb.EngineProcess.ROLE_ENGINE_CORE, await engine.engine_core_report()))
+        report.processes.append(
+            _engine_process(instance.index, pb.EngineProcess.ROLE_ENGINE_CORE, await engine.engine_core_report())
+        )
         for worker in await engine.worker_reports():
             report.processes.append(_engine_process(instance.index, pb.EngineProcess.ROLE_WORKER, worker))
     return report
 
 
-def _engine_process(instance: int, role: int, report: dict) -> pb.EngineProcess:
+def _engine_process(instance: int, role: pb.EngineProcess.Role, report: dict) -> pb.EngineProcess:
     return pb.EngineProcess(
         role=role,
         pid=report["pid"],

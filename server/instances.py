@@ -40,7 +40,9 @@ def instance_health_name(index: int) -> str:
 
 
 class EngineInstance:
-    def __init__(self, index: int, engine: Any, runner: Any, device_slice: str = "the whole host", alone: bool = True) -> None:
+    def __init__(
+        self, index: int, engine: Any, runner: Any, device_slice: str = "the whole host", alone: bool = True
+    ) -> None:
         """`engine`: an engine_ext MlnodeEngine; `runner`: its server.poc.batch_runner.PocBatchRunner;
         `device_slice`: what it runs on, in words; `alone`: the server's only instance."""
         self.index = index

@@ -15,10 +15,10 @@ from server.errors import ServiceError, abort_with, invalid_field
 from server.instances import EngineInstances
 from server.poc.artifact_hub import ArtifactHub, BatchEvent, EndEvent, EndReason, LostEvent, RoundNotFound
 from server.poc.batch_runner import KvBlockNotes
-from server.poc.round_control import RoundControl, round_not_found
 from server.poc.mining_round import MiningRound
-from server.poc.round_params import PocLimits, artifact_params, batch_size_of, nonce_list, round_parameters
 from server.poc.non_finite import non_finite_batch
+from server.poc.round_control import RoundControl, round_not_found
+from server.poc.round_params import PocLimits, artifact_params, batch_size_of, nonce_list, round_parameters
 from server.poc.spread import spread_batches
 from server.service_registration import decode_request
 
@@ -31,7 +31,14 @@ END_REASONS = {
 
 
 class PocServicer:
-    def __init__(self, control: RoundControl, hub: ArtifactHub, instances: EngineInstances, limits: PocLimits, admission: Admission) -> None:
+    def __init__(
+        self,
+        control: RoundControl,
+        hub: ArtifactHub,
+        instances: EngineInstances,
+        limits: PocLimits,
+        admission: Admission,
+    ) -> None:
         self._control = control
         self._hub = hub
         self._instances = instances
@@ -62,7 +69,9 @@ class PocServicer:
         except Exception as error:
             await abort_with(context, engine_failure(error, None, self._admission))
 
-    async def SubscribeArtifacts(self, raw: bytes, context: aio.ServicerContext) -> AsyncIterator[poc_pb2.SubscribeArtifactsResponse]:
+    async def SubscribeArtifacts(
+        self, raw: bytes, context: aio.ServicerContext
+    ) -> AsyncIterator[poc_pb2.SubscribeArtifactsResponse]:
         failure: ServiceError | None = None
         try:
             request = decode_request(poc_pb2.SubscribeArtifactsRequest, raw)
@@ -81,25 +90,35 @@ class PocServicer:
         if failure is not None:
             await abort_with(context, failure)
 
-    async def ComputeArtifacts(self, raw: bytes, context: aio.ServicerContext) -> AsyncIterator[poc_pb2.ComputeArtifactsResponse]:
+    async def ComputeArtifacts(
+        self, raw: bytes, context: aio.ServicerContext
+    ) -> AsyncIterator[poc_pb2.ComputeArtifactsResponse]:
         failure: ServiceError | None = None
         try:
             request = decode_request(poc_pb2.ComputeArtifactsRequest, raw)
             self._admission.require_open()
-            params = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, self._limits)
+            params = artifact_params(
+                request.block_hash, request.public_key, request, request.stronger_rng, self._limits
+            )
             batch_size = batch_size_of(request, params.seq_len, self._limits)
             nonces = nonce_list(list(request.nonces), "nonces", MAX_COMPUTE_NONCES)
             notes = KvBlockNotes()
             sequence = 0
             batches = [nonces[start : start + batch_size] for start in range(0, len(nonces), batch_size)]
-            async with aclosing(spread_batches(self._instances.require_available(), params, batches, notes)) as computed:
+            async with aclosing(
+                spread_batches(self._instances.require_available(), params, batches, notes)
+            ) as computed:
                 async for instance, pieces in computed:
                     for piece_nonces, result in pieces:
                         if result.status == BATCH_NON_FINITE:
                             raise non_finite_batch(piece_nonces, result.detail)
                         sequence += 1
                         batch = poc_pb2.ArtifactBatch(
-                            sequence=sequence, nonces=piece_nonces, vectors=result.vectors, k_dim=params.k_dim, instance=instance.index
+                            sequence=sequence,
+                            nonces=piece_nonces,
+                            vectors=result.vectors,
+                            k_dim=params.k_dim,
+                            instance=instance.index,
                         )
                         yield poc_pb2.ComputeArtifactsResponse(batch=batch, kv_blocks_note=notes.describe())
         except Exception as error:
@@ -146,6 +165,7 @@ def _event_message(round_id: str, event: object) -> poc_pb2.SubscribeArtifactsRe
         )
         return poc_pb2.SubscribeArtifactsResponse(round_id=round_id, lost=lost)
     assert isinstance(event, EndEvent)
-    end = poc_pb2.SubscriptionEnd(reason=END_REASONS[event.reason], detail=event.detail, last_sequence=event.last_sequence)
+    end = poc_pb2.SubscriptionEnd(
+        reason=END_REASONS[event.reason], detail=event.detail, last_sequence=event.last_sequence
+    )
     return poc_pb2.SubscribeArtifactsResponse(round_id=round_id, end=end)
-

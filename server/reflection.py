@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from google.protobuf import descriptor_pool
@@ -21,7 +21,7 @@ class MethodAwarePool:
     def __init__(self, pool: descriptor_pool.DescriptorPool) -> None:
         self._pool = pool
 
-    def FindFileContainingSymbol(self, symbol: str) -> FileDescriptor:  # noqa: N802 (pool API)
+    def FindFileContainingSymbol(self, symbol: str) -> FileDescriptor:  # the pool's API names it so
         try:
             return self._pool.FindFileContainingSymbol(symbol)
         except KeyError:
@@ -39,4 +39,6 @@ class MethodAwarePool:
 
 def enable_reflection(server: grpc.aio.Server, service_names: Iterable[str]) -> None:
     names = (*service_names, reflection.SERVICE_NAME)
-    reflection.enable_server_reflection(names, server, pool=MethodAwarePool(descriptor_pool.Default()))
+    # A stand-in for the pool (it delegates everything but one lookup), which reflection only calls methods of.
+    pool = cast(descriptor_pool.DescriptorPool, MethodAwarePool(descriptor_pool.Default()))
+    reflection.enable_server_reflection(names, server, pool=pool)

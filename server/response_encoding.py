@@ -16,7 +16,7 @@ from gonka.mlnode.v1 import inference_pb2 as pb
 from server.translation import GenerationPlan
 from server.translation.replay import LOGPROBS_MODE_VALUES
 
-FINISH_REASONS: dict[FinishReason, int] = {
+FINISH_REASONS: dict[FinishReason, pb.FinishReason] = {
     FinishReason.STOP: pb.FINISH_REASON_STOP,
     FinishReason.LENGTH: pb.FINISH_REASON_LENGTH,
     FinishReason.ABORT: pb.FINISH_REASON_ABORT,
@@ -26,7 +26,9 @@ NEG_INF = -math.inf
 REPORTED_NEG_INF = -9999.0
 
 
-def fill_token_batch(batch: pb.TokenBatch, ids: list[int], columns: LogprobColumns | None, k: int | None, chain: bool = False) -> None:
+def fill_token_batch(
+    batch: pb.TokenBatch, ids: list[int], columns: LogprobColumns | None, k: int | None, chain: bool = False
+) -> None:
     """In place: building the sub-message inside its parent saves a copy per message."""
     batch.ids.extend(ids)
     if columns is None or k is None:
@@ -43,7 +45,9 @@ def fill_token_batch(batch: pb.TokenBatch, ids: list[int], columns: LogprobColum
 
 
 class ResponseEncoder:
-    def __init__(self, request_id: str, plan: GenerationPlan, default_logprobs_mode: LogprobsMode = DEFAULT_MODE) -> None:
+    def __init__(
+        self, request_id: str, plan: GenerationPlan, default_logprobs_mode: LogprobsMode = DEFAULT_MODE
+    ) -> None:
         """`default_logprobs_mode`: the server's, for a request that asks for logprobs in none."""
         self._request_id = request_id
         self._top_logprobs = plan.request.top_logprobs
@@ -83,7 +87,9 @@ class ResponseEncoder:
             if not messages:
                 messages.append(pb.GenerateResponse(request_id=self._request_id))
             prompt = step.prompt_logprobs
-            fill_token_batch(messages[0].prompt_logprobs.tokens, prompt.token_ids, prompt.logprobs, self._prompt_logprobs)
+            fill_token_batch(
+                messages[0].prompt_logprobs.tokens, prompt.token_ids, prompt.logprobs, self._prompt_logprobs
+            )
         return messages
 
     def _single_message(self, delta: OutputDelta) -> pb.GenerateResponse:

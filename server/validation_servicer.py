@@ -92,7 +92,9 @@ class ValidationServicer:
         self._poc_limits = poc_limits
         self._deliver_validated = deliver_validated
 
-    async def ValidateInference(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[vpb.ValidateInferenceResponse]:
+    async def ValidateInference(
+        self, raw: bytes, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[vpb.ValidateInferenceResponse]:
         failure: ServiceError | None = None
         try:
             request = decode_request(vpb.ValidateInferenceRequest, raw)
@@ -107,7 +109,10 @@ class ValidationServicer:
             # The call's own stream slot serves one replay; each other one running beside it holds its own.
             with self._admission.stream():
                 slots = ReplaySlots(self._admission, MAX_CONCURRENT_REPLAYS)
-                tasks = [asyncio.create_task(self._verdict(index, item, f"validate-{call_id}-{index}", slots)) for index, item in enumerate(items)]
+                tasks = [
+                    asyncio.create_task(self._verdict(index, item, f"validate-{call_id}-{index}", slots))
+                    for index, item in enumerate(items)
+                ]
                 try:
                     for finished in asyncio.as_completed(tasks):
                         verdict = await finished
@@ -123,13 +128,17 @@ class ValidationServicer:
         if failure is not None:
             await abort_with(context, failure)
 
-    async def ValidatePocArtifacts(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[vpb.ValidatePocArtifactsResponse]:
+    async def ValidatePocArtifacts(
+        self, raw: bytes, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[vpb.ValidatePocArtifactsResponse]:
         failure: ServiceError | None = None
         try:
             request = decode_request(vpb.ValidatePocArtifactsRequest, raw)
             self._admission.require_open()
             instances = self._instances.require_available()
-            async with aclosing(validate_poc_artifacts(request, instances, self._poc_limits, self._deliver_validated)) as responses:
+            async with aclosing(
+                validate_poc_artifacts(request, instances, self._poc_limits, self._deliver_validated)
+            ) as responses:
                 async for response in responses:
                     yield response
         except Exception as error:
@@ -137,14 +146,18 @@ class ValidationServicer:
         if failure is not None:
             await abort_with(context, failure)
 
-    async def _verdict(self, index: int, item: vpb.InferenceItem, request_id: str, slots: ReplaySlots) -> vpb.ValidateInferenceResponse:
+    async def _verdict(
+        self, index: int, item: vpb.InferenceItem, request_id: str, slots: ReplaySlots
+    ) -> vpb.ValidateInferenceResponse:
         try:
             verdict = await self._judge(item, request_id, slots)
             return vpb.ValidateInferenceResponse(index=index, verdict=verdict)
         except ServiceError as error:
             return vpb.ValidateInferenceResponse(index=index, error=_item_error(error))
         except Exception as error:  # an engine failure ends this item alone
-            return vpb.ValidateInferenceResponse(index=index, error=_item_error(engine_failure(error, None, self._admission)))
+            return vpb.ValidateInferenceResponse(
+                index=index, error=_item_error(engine_failure(error, None, self._admission))
+            )
 
     async def _judge(self, item: vpb.InferenceItem, request_id: str, slots: ReplaySlots) -> vpb.InferenceVerdict:
         if not item.HasField("threshold"):
@@ -159,7 +172,11 @@ class ValidationServicer:
         recorded = [token for token, _ in executor]
         require_in_vocabulary(recorded, self._facts, "positions.token_ids")
         require_in_vocabulary(list(item.positions.top_ids), self._facts, "positions.top_ids")
-        k = item.request.logprobs.top_logprobs if item.request.logprobs.HasField("top_logprobs") else max(item.positions.top_k, 1)
+        k = (
+            item.request.logprobs.top_logprobs
+            if item.request.logprobs.HasField("top_logprobs")
+            else max(item.positions.top_k, 1)
+        )
         if k < 1:
             raise invalid_field("request.logprobs.top_logprobs", "the chain's k must be at least 1")
         item_mode, request_mode = LOGPROBS_MODES.get(item.mode), LOGPROBS_MODES.get(item.request.logprobs.mode)
@@ -168,29 +185,41 @@ class ValidationServicer:
         async with slots.slot():
             plan = await self._plan(item.request, request_id, recorded, k)
             require_fits_the_context(plan.request, len(recorded), self._facts.max_model_len)
-            both = stated_logprobs_mode(item_mode, request_mode) is None and self._instances.first.engine.both_logprobs_modes_fit(k)
+            both = stated_logprobs_mode(
+                item_mode, request_mode
+            ) is None and self._instances.first.engine.both_logprobs_modes_fit(k)
             if both:
                 replay = await self._replay(plan, request_id, both_logprobs_modes=True)
             else:
                 resolution = resolve_logprobs_mode(item_mode, executor_lists, default, request_mode=request_mode)
                 replay = await self._replay(plan, request_id, logprobs_mode=resolution.mode)
         stated_max_tokens = item.request.sampling.max_tokens if item.request.sampling.HasField("max_tokens") else None
-        unjudgeable = replay_end_error(replay.finish, len(replay.positions), len(recorded), stated_max_tokens, self._admission)
+        unjudgeable = replay_end_error(
+            replay.finish, len(replay.positions), len(recorded), stated_max_tokens, self._admission
+        )
         if unjudgeable is not None:
             raise unjudgeable
         if not both:
-            return _verdict_message(judge_inference(executor, replay.positions, k, item.threshold), resolution, False, len(replay.positions))
+            return _verdict_message(
+                judge_inference(executor, replay.positions, k, item.threshold), resolution, False, len(replay.positions)
+            )
         # Nobody stated the mode: the record is judged in the mode the replay's two lists place it in.
+        raw_positions = replay.raw_positions
+        assert raw_positions is not None  # the replay asked for both modes
         judgements = {
             LogprobsMode.PROCESSED: judge_inference(executor, replay.positions, k, item.threshold),
-            LogprobsMode.RAW: judge_inference(executor, replay.raw_positions, k, item.threshold),
+            LogprobsMode.RAW: judge_inference(executor, raw_positions, k, item.threshold),
         }
         distances = {mode: judgement.distance for mode, judgement in judgements.items()}
-        resolution = resolve_logprobs_mode(item_mode, executor_lists, default, request_mode=request_mode, replay_distances=distances)
+        resolution = resolve_logprobs_mode(
+            item_mode, executor_lists, default, request_mode=request_mode, replay_distances=distances
+        )
         indistinguishable = modes_indistinguishable(_between_modes(replay, k), distances)
         return _verdict_message(judgements[resolution.mode], resolution, indistinguishable, len(replay.positions))
 
-    async def _judge_unserved(self, item: vpb.InferenceItem, request_id: str, slots: ReplaySlots) -> vpb.InferenceVerdict:
+    async def _judge_unserved(
+        self, item: vpb.InferenceItem, request_id: str, slots: ReplaySlots
+    ) -> vpb.InferenceVerdict:
         """The executor could not serve the request: it is at fault iff this node can. The request goes
         through Generate's checks as it is (a refusal there: nobody can serve it); then one token of it
         is generated, the probe, whose own refusals and failures are this item's errors."""
@@ -207,12 +236,19 @@ class ValidationServicer:
                 replay = await self._replay(probe, request_id)
             except ServiceError as error:
                 if error.reason == Reason.INVALID_CONSTRAINT:
-                    return vpb.InferenceVerdict(passed=True, similarity=1.0)  # the engine cannot compile the request's grammar
+                    return vpb.InferenceVerdict(
+                        passed=True, similarity=1.0
+                    )  # the engine cannot compile the request's grammar
                 raise
         if replay.finish is None or replay.finish.reason not in (FinishReason.STOP, FinishReason.LENGTH):
-            raise replay_end_error(replay.finish, len(replay.positions), 1, 1, self._admission)
+            unjudgeable = replay_end_error(replay.finish, len(replay.positions), 1, 1, self._admission)
+            assert unjudgeable is not None  # a replay that ended otherwise cannot be judged
+            raise unjudgeable
         return vpb.InferenceVerdict(
-            passed=False, similarity=0.0, failure=vpb.INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE, replayed_tokens=len(replay.positions)
+            passed=False,
+            similarity=0.0,
+            failure=vpb.INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE,
+            replayed_tokens=len(replay.positions),
         )
 
     async def _plan(self, original: pb.GenerateRequest, request_id: str, enforced: list[int], k: int) -> GenerationPlan:
@@ -239,6 +275,7 @@ def _between_modes(replay: Replay, k: int) -> float:
     """The chain's distance between the replay's own processed and raw lists (0 when they are the same)."""
     if replay.positions == replay.raw_positions:
         return 0.0
+    assert replay.raw_positions is not None  # the replay asked for both modes
     return sequence_distance(replay.positions, replay.raw_positions, k)
 
 
@@ -264,16 +301,25 @@ def _executor_positions(positions: vpb.ExecutorPositions) -> list[Position]:
     k = positions.top_k
     count = len(positions.token_ids)
     if not count:
-        raise invalid_field("positions.token_ids", "must not be empty (set executor_could_not_serve when the executor served nothing)")
+        raise invalid_field(
+            "positions.token_ids", "must not be empty (set executor_could_not_serve when the executor served nothing)"
+        )
     if len(positions.top_ids) != count * k or len(positions.top_logprobs) != count * k:
-        raise invalid_field("positions.top_ids", f"{count} positions of {k} entries need {count * k} top_ids and top_logprobs")
+        raise invalid_field(
+            "positions.top_ids", f"{count} positions of {k} entries need {count * k} top_ids and top_logprobs"
+        )
     ids, logprobs = positions.top_ids, positions.top_logprobs
     if k == 0:  # an executor that recorded no lists: judged EMPTY_TOP_K, not refused
         return [(token, {}) for token in positions.token_ids]
-    return [(token, dict(zip(ids[i * k : (i + 1) * k], logprobs[i * k : (i + 1) * k]))) for i, token in enumerate(positions.token_ids)]
+    return [
+        (token, dict(zip(ids[i * k : (i + 1) * k], logprobs[i * k : (i + 1) * k])))
+        for i, token in enumerate(positions.token_ids)
+    ]
 
 
-def _verdict_message(judgement: InferenceJudgement, resolution: ModeResolution, indistinguishable: bool, replayed: int) -> vpb.InferenceVerdict:
+def _verdict_message(
+    judgement: InferenceJudgement, resolution: ModeResolution, indistinguishable: bool, replayed: int
+) -> vpb.InferenceVerdict:
     verdict = vpb.InferenceVerdict(
         passed=judgement.passed,
         distance=judgement.distance,

@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.serving.cpu_accounting import ProcessInfo, descendant_pids, describe, descendants, kill_and_reap
+from benchmarks.serving.cpu_accounting import ProcessInfo, descendant_pids, descendants, describe, kill_and_reap
 from benchmarks.serving.errors import BenchmarkError
 from benchmarks.serving.progress import progress
-from benchmarks.serving.server_kinds import server_command, server_environment, served_context_length, wait_ready
+from benchmarks.serving.server_kinds import served_context_length, server_command, server_environment, wait_ready
 from benchmarks.serving.server_logs import logged_engine_config
 from benchmarks.serving.settings import Settings
 from tests.support.server_process import REPO_ROOT, ServerProcess, free_port
@@ -82,7 +82,9 @@ def running_server(kind: str, settings: Settings) -> Iterator[LiveServer]:
             raise BenchmarkError(f"{kind} failed to start (log {log_path}):\n{error}") from None
         context = served_context_length(kind, server)
         if context != settings.max_model_len:
-            raise BenchmarkError(f"{kind} serves a {context}-token context, not the {settings.max_model_len} it was given")
+            raise BenchmarkError(
+                f"{kind} serves a {context}-token context, not the {settings.max_model_len} it was given"
+            )
         engine = tuple(describe(p) for p in descendants(server.pid))
         children = "; ".join(f"{info.pid} {info.command[:40]}" for info in engine)
         progress(f"{kind} ready in {time.monotonic() - started:.0f}s; API process {server.pid}; children: {children}")

@@ -37,8 +37,10 @@ def milliseconds(value: float | None) -> str:
 
 def results_table(summaries: Sequence[Summary]) -> str:
     lines = [
-        "| streams | configuration | logprobs | tokens/s | TTFT p50 ms | TTFT p99 ms | API CPU µs/token (lowest-highest) "
-        "| engine side CPU µs/token (all descendants) |",
+        (
+            "| streams | configuration | logprobs | tokens/s | TTFT p50 ms | TTFT p99 ms | API CPU µs/token (lowest-highest) "
+            "| engine side CPU µs/token (all descendants) |"
+        ),
         "|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for s in by_concurrency(summaries):
@@ -106,8 +108,10 @@ def user_system_split(summary: Summary) -> str:
 
 def context_table(summaries: Sequence[Summary]) -> str:
     lines = [
-        "| streams | configuration | logprobs | wall s | TTFT samples | API user/system % "
-        "| configurations standing by, CPU µs/token | load-generator CPU µs/token | load generator busy % |",
+        (
+            "| streams | configuration | logprobs | wall s | TTFT samples | API user/system % "
+            "| configurations standing by, CPU µs/token | load-generator CPU µs/token | load generator busy % |"
+        ),
         "|---:|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for s in by_concurrency(summaries):
@@ -129,7 +133,11 @@ def engine_config_note(servers: dict[str, Any]) -> str:
         groups.setdefault(config, []).append(kind)
     if len(groups) == 1:
         return "identical in every configuration's log"
-    return "DIFFERENT; identical within each of " + " | ".join(", ".join(kinds) for kinds in groups.values()) + " (see the JSON output)"
+    return (
+        "DIFFERENT; identical within each of "
+        + " | ".join(", ".join(kinds) for kinds in groups.values())
+        + " (see the JSON output)"
+    )
 
 
 def layout_note(settings: Settings) -> str:
@@ -158,43 +166,59 @@ def report(settings: Settings, workload: Workload, outcome: Outcome, machine: di
     lines = [
         "## Serving benchmark",
         "",
-        f"- machine: {machine['cpu']}, {machine['cores']} cores ({machine['usable_cores']} usable), "
-        f"{machine['memory_gib']} GiB; {machine['platform']}",
+        (
+            f"- machine: {machine['cpu']}, {machine['cores']} cores ({machine['usable_cores']} usable), "
+            f"{machine['memory_gib']} GiB; {machine['platform']}"
+        ),
         f"- software: {machine['vllm']}, grpcio {machine['grpcio']}, Python {machine['python']}",
         f"- command: {shlex.join(sys.orig_argv)}",
         f"- model: {settings.model}; engine flags (every configuration): {engine}",
         f"- vLLM's logged engine configuration: {engine_config_note(servers)}",
-        f"- workload: {workload.tokens} tokens per stream (ignore_eos, temperature {TEMPERATURE}, seed "
-        f"{MEASURED_SEED_BASE}+stream), one {len(workload.prompt_ids)}-token chat prompt",
-        f"- measuring: {layout_note(settings)}; per concurrency a {WARMUP_TOKENS}-token warm-up round each, then "
-        f"{settings.repeats} cycles of one measured round each, the order rotated per cycle; figures are medians over the cycles",
-        f"- TTFT: percentiles over the streams of every cycle's measured round and of the {settings.ttft_rounds} "
-        f"rounds of {TTFT_ROUND_TOKENS}-token streams that follow it (at many streams one round's TTFTs are one "
-        "draw of the engine's prefill cascade: clusters a whole engine step apart)",
+        (
+            f"- workload: {workload.tokens} tokens per stream (ignore_eos, temperature {TEMPERATURE}, seed "
+            f"{MEASURED_SEED_BASE}+stream), one {len(workload.prompt_ids)}-token chat prompt"
+        ),
+        (
+            f"- measuring: {layout_note(settings)}; per concurrency a {WARMUP_TOKENS}-token warm-up round each, then "
+            f"{settings.repeats} cycles of one measured round each, the order rotated per cycle; figures are medians over the cycles"
+        ),
+        (
+            f"- TTFT: percentiles over the streams of every cycle's measured round and of the {settings.ttft_rounds} "
+            f"rounds of {TTFT_ROUND_TOKENS}-token streams that follow it (at many streams one round's TTFTs are one "
+            "draw of the engine's prefill cascade: clusters a whole engine step apart)"
+        ),
         *(
             [
-                f"- `{OFFLINE}`: vLLM's `LLM.generate` in a process of its own with the same engine flags: per round one "
-                "call with one prompt per stream (the chat prompt's token ids, as rendered with the model's chat template "
-                "here and checked against every server's prompt count), the same sampling and seeds; tokens/s = generated "
-                f"tokens / the call's wall time; no TTFT ({ABSENT}: the call returns every token at its end); API CPU = the "
-                "LLM process itself, engine side = all its descendants, both counted by that process around the call"
+                (
+                    f"- `{OFFLINE}`: vLLM's `LLM.generate` in a process of its own with the same engine flags: per round one "
+                    "call with one prompt per stream (the chat prompt's token ids, as rendered with the model's chat template "
+                    "here and checked against every server's prompt count), the same sampling and seeds; tokens/s = generated "
+                    f"tokens / the call's wall time; no TTFT ({ABSENT}: the call returns every token at its end); API CPU = the "
+                    "LLM process itself, engine side = all its descendants, both counted by that process around the call"
+                )
             ]
             if OFFLINE in settings.kinds
             else []
         ),
         *(
             [
-                f"- `ours, coalesce {workload.coalesce_ms} ms`: ours with top-5 logprobs and the opt-in "
-                "StreamOptions.coalesce_ms (after the first message, tokens are held up to that long so one message "
-                "carries several); not part of the goal checks, which compare per-step streaming"
+                (
+                    f"- `ours, coalesce {workload.coalesce_ms} ms`: ours with top-5 logprobs and the opt-in "
+                    "StreamOptions.coalesce_ms (after the first message, tokens are held up to that long so one message "
+                    "carries several); not part of the goal checks, which compare per-step streaming"
+                )
             ]
             if workload.coalesce_ms and "ours" in settings.kinds
             else []
         ),
-        "- API CPU: utime+stime of the serving process only (its descendants excluded), "
-        f"± one clock tick (1/{CLOCK_TICKS_PER_SECOND} s) per round",
-        "- engine side CPU: utime+stime of all descendants of the serving process (engine core, its workers and "
-        "helpers); on a GPU host the worker busy-polls, so this follows wall time as much as work",
+        (
+            "- API CPU: utime+stime of the serving process only (its descendants excluded), "
+            f"± one clock tick (1/{CLOCK_TICKS_PER_SECOND} s) per round"
+        ),
+        (
+            "- engine side CPU: utime+stime of all descendants of the serving process (engine core, its workers and "
+            "helpers); on a GPU host the worker busy-polls, so this follows wall time as much as work"
+        ),
         f"- whole run: {wall / 60:.1f} min",
         "",
         "### Figures per concurrency",
@@ -209,16 +233,24 @@ def report(settings: Settings, workload: Workload, outcome: Outcome, machine: di
         "",
         speed_ratio_table(checks) if any(c.metric == TOKENS_PER_SECOND for c in checks) else "(needs ours and a rival)",
         "",
-        "Context: the API process's user/system split, the CPU of every process of the other configurations "
-        "meanwhile, this load generator's own CPU per delivered token and its share of the round's wall time "
-        "(near 100 %: the load generator, not the server, sets the pace).",
+        (
+            "Context: the API process's user/system split, the CPU of every process of the other configurations "
+            "meanwhile, this load generator's own CPU per delivered token and its share of the round's wall time "
+            "(near 100 %: the load generator, not the server, sets the pace)."
+        ),
         "",
         context_table(summaries),
     ]
     for streams in sorted({r.streams for r in results}):
         at = [c for c in checks if c.streams == streams]
-        lines += ["", f"### Goal checks at {streams} streams (CPU and speed: median of the ratios within each cycle; "
-                  "TTFT: percentiles over all cycles' samples)", ""]
+        lines += [
+            "",
+            (
+                f"### Goal checks at {streams} streams (CPU and speed: median of the ratios within each cycle; "
+                "TTFT: percentiles over all cycles' samples)"
+            ),
+            "",
+        ]
         lines += [c.line() for c in at] or ["- (needs ours and a rival in the same run)"]
     lines += failures_note(outcome.failures)
     return "\n".join(lines)

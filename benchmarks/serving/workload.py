@@ -21,9 +21,11 @@ CHAT_MESSAGES = (
     ("system", "You are a careful assistant. Answer in plain prose, without lists or headings."),
     (
         "user",
-        "Explain how a transformer language model generates text one token at a time: what the "
-        "key-value cache stores, why batching many requests raises throughput, and how sampling "
-        "with a temperature and a fixed random seed makes the output reproducible.",
+        (
+            "Explain how a transformer language model generates text one token at a time: what the "
+            "key-value cache stores, why batching many requests raises throughput, and how sampling "
+            "with a temperature and a fixed random seed makes the output reproducible."
+        ),
     ),
 )
 

@@ -83,7 +83,7 @@ def normals_tile(
     seed: halves of R seeds, [R, 1, 1]; key_a: halves of the u1 keys, [1, 1, P] (the u2 key is
     key_a + pairs); pairs: halves of p = ceil(L/2), [1, 1, 1]; want_sin: [1, 2, 1] = (0.0, 1.0).
     """
-    from torch.cuda import jiterator  # noqa: PLC0415 - CUDA-only module, imported where it is used
+    from torch.cuda import jiterator  # CUDA-only module, imported where it is used
 
     # Creating the wrapper only parses the source; torch caches the compiled kernel per process.
     fn = jiterator._create_jit_fn(KERNEL_SOURCE)

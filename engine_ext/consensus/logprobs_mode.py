@@ -81,9 +81,16 @@ def replay_logprobs_mode(distances: Mapping[LogprobsMode, float]) -> ModeResolut
     else the one it matches worse (STRICTER); None when the distances are equal, not both given, or not
     finite numbers >= 0 (the tokens differ: nothing to compare)."""
     raw, processed = distances.get(LogprobsMode.RAW), distances.get(LogprobsMode.PROCESSED)
-    if raw is None or processed is None or not all(math.isfinite(d) and d >= 0 for d in (raw, processed)) or raw == processed:
+    if (
+        raw is None
+        or processed is None
+        or not all(math.isfinite(d) and d >= 0 for d in (raw, processed))
+        or raw == processed
+    ):
         return None
-    nearer, farther = (LogprobsMode.RAW, LogprobsMode.PROCESSED) if raw < processed else (LogprobsMode.PROCESSED, LogprobsMode.RAW)
+    nearer, farther = (
+        (LogprobsMode.RAW, LogprobsMode.PROCESSED) if raw < processed else (LogprobsMode.PROCESSED, LogprobsMode.RAW)
+    )
     if min(raw, processed) <= REPLAY_DECISIVE_RATIO * max(raw, processed):
         return ModeResolution(nearer, ModeSource.REPLAY)
     return ModeResolution(farther, ModeSource.STRICTER)

@@ -88,7 +88,7 @@ def _gate_up_swiglu_kernel(
 
     gate = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     up = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(hidden, BLOCK_K)):
+    for k in range(tl.cdiv(hidden, BLOCK_K)):
         if EVEN_K:
             a = tl.load(a_ptrs, mask=slot_mask[:, None], other=0.0)
             w_gate = tl.load(gate_ptrs, mask=col_mask[None, :], other=0.0)
@@ -196,6 +196,15 @@ def topk_sum(routed: torch.Tensor, out: torch.Tensor, tile: SumTile = SumTile())
         raise ValueError(f"topk_sum: routed {tuple(routed.shape)} and out {tuple(out.shape)} do not fit")
     grid = (triton.cdiv(tokens, tile.block_t), triton.cdiv(hidden, tile.block_h))
     _topk_sum_kernel[grid](
-        routed, out, tokens, hidden, routed.stride(0), routed.stride(1), out.stride(0),
-        top_k=top_k, BLOCK_T=tile.block_t, BLOCK_H=tile.block_h, num_warps=tile.num_warps,
+        routed,
+        out,
+        tokens,
+        hidden,
+        routed.stride(0),
+        routed.stride(1),
+        out.stride(0),
+        top_k=top_k,
+        BLOCK_T=tile.block_t,
+        BLOCK_H=tile.block_h,
+        num_warps=tile.num_warps,
     )

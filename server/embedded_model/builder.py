@@ -13,8 +13,8 @@ import hashlib
 import json
 import shutil
 import tempfile
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from server.embedded_model.variants import DEFAULT_VARIANT, ShapeVariant, Variant
@@ -199,7 +199,7 @@ def _write_configs(out_dir: Path, config: Mapping[str, Any]) -> None:
     (out_dir / "generation_config.json").write_text(json.dumps(generation_config, indent=2) + "\n")
 
 
-def _seeded_tensor(name: str, shape: tuple[int, ...]) -> "torch.Tensor":
+def _seeded_tensor(name: str, shape: tuple[int, ...]) -> torch.Tensor:
     import torch
 
     if name.endswith("norm.weight"):
@@ -213,9 +213,7 @@ def _seeded_tensor(name: str, shape: tuple[int, ...]) -> "torch.Tensor":
 
 def _write_build_info(out_dir: Path, variant: Variant | ShapeVariant) -> None:
     digests = {
-        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(out_dir.iterdir())
-        if path.is_file()
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(out_dir.iterdir()) if path.is_file()
     }
     info = {"weight_seed": WEIGHT_SEED, "files_sha256": digests, **variant.build_info_fields()}
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")

@@ -66,15 +66,17 @@ PEAKED_VARIANT = Variant("peaked", MODELS_DIR / "qwen3-tiny-peaked", lm_head_sca
 QWEN3_8B_SHAPE = ShapeVariant(
     "qwen3-8b-shape",
     MODELS_DIR / "qwen3-8b-shape",
-    MappingProxyType({
-        "hidden_size": 4096,
-        "intermediate_size": 12288,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "max_position_embeddings": 40960,
-    }),
+    MappingProxyType(
+        {
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "max_position_embeddings": 40960,
+        }
+    ),
 )
 # Qwen/Qwen3-30B-A3B: 48 layers, each a mixture of 128 experts of which 8 run per token (transformers'
 # Qwen3MoeConfig names). Every layer is sparse (decoder_sparse_step 1, no mlp_only_layers), so intermediate_size
@@ -82,23 +84,25 @@ QWEN3_8B_SHAPE = ShapeVariant(
 QWEN3_30B_A3B_SHAPE = ShapeVariant(
     "qwen3-30b-a3b-shape",
     MODELS_DIR / "qwen3-30b-a3b-shape",
-    MappingProxyType({
-        "architectures": ("Qwen3MoeForCausalLM",),
-        "model_type": "qwen3_moe",
-        "hidden_size": 2048,
-        "intermediate_size": 6144,
-        "num_hidden_layers": 48,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 4,
-        "head_dim": 128,
-        "num_experts": 128,
-        "num_experts_per_tok": 8,
-        "moe_intermediate_size": 768,
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": (),
-        "norm_topk_prob": True,
-        "max_position_embeddings": 40960,
-    }),
+    MappingProxyType(
+        {
+            "architectures": ("Qwen3MoeForCausalLM",),
+            "model_type": "qwen3_moe",
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "num_hidden_layers": 48,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 4,
+            "head_dim": 128,
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 768,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": (),
+            "norm_topk_prob": True,
+            "max_position_embeddings": 40960,
+        }
+    ),
 )
 VARIANTS: Mapping[str, Variant | ShapeVariant] = MappingProxyType(
     {v.name: v for v in (DEFAULT_VARIANT, PEAKED_VARIANT, QWEN3_8B_SHAPE, QWEN3_30B_A3B_SHAPE)}

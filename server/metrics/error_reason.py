@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from google.protobuf.message import DecodeError
 from google.rpc import error_details_pb2, status_pb2
@@ -11,7 +11,7 @@ STATUS_DETAILS_KEY = "grpc-status-details-bin"
 # The label value of an error that carries no ErrorInfo (a cancellation, an error grpc raised itself).
 NO_REASON = "NONE"
 
-Metadata = Sequence[tuple[str, str | bytes]]
+Metadata = Iterable[tuple[str, str | bytes]]
 
 
 def error_reason(trailing_metadata: Metadata | None) -> str:
@@ -24,7 +24,8 @@ def error_reason(trailing_metadata: Metadata | None) -> str:
         except DecodeError:
             return NO_REASON
         for detail in status.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
+            # types-protobuf's Any.Is takes the pure-Python Descriptor only; DESCRIPTOR may be upb's (the runtime's).
+            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):  # type: ignore[arg-type]
                 info = error_details_pb2.ErrorInfo()
                 detail.Unpack(info)
                 return info.reason or NO_REASON

@@ -11,8 +11,8 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from server.metrics.callback_metrics import CallbackMetrics
 from server.instances import EngineInstances
+from server.metrics.callback_metrics import CallbackMetrics
 from server.metrics.endpoint import MetricsEndpoint
 from server.metrics.instance_metrics import InstanceMetrics, InstanceRegistries
 from server.metrics.options import MetricsOptions
@@ -43,7 +43,9 @@ class ForwardedRegistry(Collector):
 
 
 class ServerMetrics:
-    def __init__(self, options: MetricsOptions, instances: EngineInstances, rounds: RoundControl, callbacks: CallbackSender) -> None:
+    def __init__(
+        self, options: MetricsOptions, instances: EngineInstances, rounds: RoundControl, callbacks: CallbackSender
+    ) -> None:
         self.registry = CollectorRegistry()
         # The first of the server's interceptors (server.metrics.rpc_interceptor says why).
         self.interceptor = MetricsInterceptor(RpcMetrics(self.registry))
@@ -53,7 +55,9 @@ class ServerMetrics:
         self.registry.register(CallbackMetrics(callbacks))
         self.registry.register(InstanceMetrics(instances))
         self.registry.register(ForwardedRegistry(REGISTRY))
-        self.registry.register(InstanceRegistries([(instance.index, instance.engine.metrics_registry()) for instance in instances]))
+        self.registry.register(
+            InstanceRegistries([(instance.index, instance.engine.metrics_registry()) for instance in instances])
+        )
         self._endpoint = MetricsEndpoint(self.registry, options)
 
     async def start(self, engine_logs_stats: bool) -> None:

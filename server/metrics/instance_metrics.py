@@ -57,5 +57,7 @@ class InstanceRegistries(Collector):
                 family = families.get(metric.name)
                 if family is None:
                     family = families[metric.name] = Metric(metric.name, metric.documentation, metric.type, metric.unit)
-                family.samples += [sample._replace(labels={**sample.labels, INSTANCE_LABEL: label}) for sample in metric.samples]
+                family.samples += [
+                    sample._replace(labels={**sample.labels, INSTANCE_LABEL: label}) for sample in metric.samples
+                ]
         yield from families.values()

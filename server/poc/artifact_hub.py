@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
-from typing import Union
 
 from server.errors import echoed
 
@@ -52,7 +51,7 @@ class EndEvent:
     last_sequence: int
 
 
-HubEvent = Union[BatchEvent, LostEvent, EndEvent]
+HubEvent = BatchEvent | LostEvent | EndEvent
 
 
 class RoundNotFound(LookupError):
@@ -129,7 +128,9 @@ class ArtifactHub:
         self._rounds[round_id] = _Round(round_id, RoundBuffer(k_dim, self._buffer_artifacts))
         self._current_id = round_id
 
-    def publish(self, round_id: str, nonces: Sequence[int], vectors: bytes, group_id: int = 0, instance: int = 0) -> ArtifactBatch:
+    def publish(
+        self, round_id: str, nonces: Sequence[int], vectors: bytes, group_id: int = 0, instance: int = 0
+    ) -> ArtifactBatch:
         """Number and buffer one batch (of nonce group `group_id`, computed by engine instance `instance`), wake
         the round's subscribers, return the batch."""
         round_ = self._round(round_id)
@@ -158,7 +159,7 @@ class ArtifactHub:
             if round_.end_reason is None:
                 self.close_round(round_id, EndReason.SHUTTING_DOWN, detail)
 
-    def subscribe(self, round_id: str | None, after_sequence: int = 0) -> AsyncIterator[HubEvent]:
+    def subscribe(self, round_id: str | None, after_sequence: int = 0) -> AsyncGenerator[HubEvent, None]:
         """Events of a round (None: the current one) from sequence after_sequence + 1 on, ending with an
         EndEvent once the round is closed. Raises RoundNotFound here, before any event, so a caller can
         refuse the request up front.
@@ -221,7 +222,7 @@ class ArtifactHub:
         except KeyError:
             raise RoundNotFound(f"no PoC round {echoed(round_id)}") from None
 
-    async def _events(self, round_: _Round, after_sequence: int) -> AsyncIterator[HubEvent]:
+    async def _events(self, round_: _Round, after_sequence: int) -> AsyncGenerator[HubEvent, None]:
         buffer = round_.buffer
         cursor = after_sequence  # the last sequence this subscriber has seen or been told it lost
         round_.subscribers += 1
@@ -233,7 +234,10 @@ class ArtifactHub:
                     if wanted < first_buffered:
                         last_missing = first_buffered - 1
                         yield LostEvent(
-                            wanted, last_missing, last_missing - wanted + 1, buffer.artifacts_between(wanted, last_missing)
+                            wanted,
+                            last_missing,
+                            last_missing - wanted + 1,
+                            buffer.artifacts_between(wanted, last_missing),
                         )
                         cursor = last_missing
                     else:

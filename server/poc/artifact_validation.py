@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 
 import numpy as np
@@ -34,8 +34,11 @@ ValidatedCallback = Callable[[str, dict], None]
 
 
 async def validate_poc_artifacts(
-    request: vpb.ValidatePocArtifactsRequest, instances: Sequence[EngineInstance], limits: PocLimits, deliver: ValidatedCallback
-) -> AsyncIterator[vpb.ValidatePocArtifactsResponse]:
+    request: vpb.ValidatePocArtifactsRequest,
+    instances: Sequence[EngineInstance],
+    limits: PocLimits,
+    deliver: ValidatedCallback,
+) -> AsyncGenerator[vpb.ValidatePocArtifactsResponse, None]:
     """`instances`: those the batches are spread over."""
     params = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
     batch_size = batch_size_of(request, params.seq_len, limits)
@@ -64,7 +67,8 @@ async def validate_poc_artifacts(
                 else:
                     computed_vectors = np.frombuffer(result.vectors, dtype="<f2").reshape(len(nonces), params.k_dim)
                     verdicts = [
-                        check_claimed_vector(computed_vectors[i], _claimed_b64(claim), dist_threshold) for i, claim in enumerate(pieces)
+                        check_claimed_vector(computed_vectors[i], _claimed_b64(claim), dist_threshold)
+                        for i, claim in enumerate(pieces)
                     ]
                     distances = [NO_DISTANCE if v.distance is None else float(v.distance) for v in verdicts]
                     flags = [v.mismatch for v in verdicts]
@@ -73,7 +77,11 @@ async def validate_poc_artifacts(
                 mismatch_nonces += [claim.nonce for claim, flag in zip(pieces, flags) if flag]
                 yield vpb.ValidatePocArtifactsResponse(
                     progress=vpb.PocValidationProgress(
-                        nonces=nonces, distances=distances, mismatches=flags, nonces_checked=checked, mismatches_so_far=mismatched
+                        nonces=nonces,
+                        distances=distances,
+                        mismatches=flags,
+                        nonces_checked=checked,
+                        mismatches_so_far=mismatched,
                     )
                 )
     verdict = fraud_test(mismatched, checked, p_mismatch, p_value_threshold)
@@ -113,7 +121,9 @@ def _claim_of(chunk: list[vpb.ClaimedArtifact], nonce: int) -> vpb.ClaimedArtifa
     return next(claim for claim in chunk if claim.nonce == nonce)
 
 
-async def _isolating_non_finite(runner: PocBatchRunner, params: ArtifactParams, pieces: Pieces, notes: KvBlockNotes) -> Pieces:
+async def _isolating_non_finite(
+    runner: PocBatchRunner, params: ArtifactParams, pieces: Pieces, notes: KvBlockNotes
+) -> Pieces:
     """`pieces`, a batch that came back non-finite run again in halves on `runner` until each non-finite
     nonce stands alone: the engine rejects a whole batch for one non-finite row, which must not hide the
     other claims of that batch from judgement."""
@@ -130,7 +140,9 @@ async def _isolating_non_finite(runner: PocBatchRunner, params: ArtifactParams, 
 
 def _stat_test(request: vpb.ValidatePocArtifactsRequest) -> tuple[float, float, float]:
     if not request.HasField("stat_test"):
-        raise invalid_field("stat_test", "is required (dist_threshold, p_mismatch, p_value_threshold): no silent defaults")
+        raise invalid_field(
+            "stat_test", "is required (dist_threshold, p_mismatch, p_value_threshold): no silent defaults"
+        )
     test = request.stat_test
     for name in ("dist_threshold", "p_mismatch", "p_value_threshold"):
         if not test.HasField(name):

@@ -4,6 +4,7 @@ response message with UNAVAILABLE, reason POC_IN_PROGRESS, RetryInfo and grpc-re
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Collection
+from typing import Any
 
 import grpc
 
@@ -19,9 +20,9 @@ class GateInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         if handler is None or not self._gate.closed or handler_call_details.method not in self._gated:
             return handler

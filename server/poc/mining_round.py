@@ -31,8 +31,8 @@ from engine_ext.errors import EngineCallTimeout
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_NON_FINITE, BATCH_WITHDRAWN, PocBatchResult
 from engine_ext.poc.withdrawal import Withdrawal
 from gonka.mlnode.v1 import poc_pb2
-from server.poc.artifact_hub import ArtifactHub
 from server.instances import EngineInstance
+from server.poc.artifact_hub import ArtifactHub
 from server.poc.batch_runner import KvBlockNotes, poc_batch
 from server.poc.round_params import RoundParameters
 
@@ -77,8 +77,18 @@ class MiningGroup:
 
     def status(self) -> poc_pb2.GroupStatus:
         return poc_pb2.GroupStatus(
-            group_id=self.group_id, instance=self.instance.index, state=self.state.value, nonces_produced=self.nonces_produced, failure=self.failure
+            group_id=self.group_id,
+            instance=self.instance.index,
+            state=self.state.value,
+            nonces_produced=self.nonces_produced,
+            failure=self.failure,
         )
+
+
+def _withdrawal_of(group: MiningGroup) -> Withdrawal:
+    """The group's withdrawal file, which MiningRound gives every group as the round starts."""
+    assert group.withdrawal is not None
+    return group.withdrawal
 
 
 class MiningRound:
@@ -88,7 +98,7 @@ class MiningRound:
         params: RoundParameters,
         groups: Sequence[MiningGroup],
         hub: ArtifactHub,
-        sinks: list[ArtifactSink],
+        sinks: Sequence[ArtifactSink],
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -131,7 +141,7 @@ class MiningRound:
             self._stop_requested_at = self._clock()
             # The batch queued behind each group's running forward returns without running.
             for group in self.groups:
-                group.withdrawal.withdraw()
+                _withdrawal_of(group).withdraw()
         self._stop.set()
 
     def fail_to_start(self, error: BaseException) -> None:
@@ -157,7 +167,9 @@ class MiningRound:
     async def _mine(self, group: MiningGroup) -> None:
         """One group's batch loop, until the round stops, the group fails or its nonces run out."""
         params = self.params
-        batches = nonce_batches(params.node_id, params.node_count, group.group_id, params.group_count, params.batch_size)
+        batches = nonce_batches(
+            params.node_id, params.node_count, group.group_id, params.group_count, params.batch_size
+        )
         pending: deque[tuple[list[int], asyncio.Future[PocBatchResult]]] = deque()
         upcoming = next(batches, None)
         try:
@@ -168,7 +180,9 @@ class MiningRound:
                         group.first_issue_at = self._clock()
                         if self._first_issue_at is None:
                             self._first_issue_at = group.first_issue_at
-                    batch = poc_batch(params.artifacts, upcoming, after or (), withdrawn_if_exists=str(group.withdrawal.path))
+                    batch = poc_batch(
+                        params.artifacts, upcoming, after or (), withdrawn_if_exists=str(_withdrawal_of(group).path)
+                    )
                     call = group.instance.engine.poc_forward(batch)
                     pending.append((upcoming, asyncio.ensure_future(call)))
                     upcoming = after
@@ -189,11 +203,11 @@ class MiningRound:
             if all(each.state is RoundState.FAILED for each in self.groups):
                 self.state = RoundState.FAILED
                 self.failure = self._failures()
-            group.withdrawal.withdraw()
+            _withdrawal_of(group).withdraw()
             await _engine_answered(error)
             await _settle(pending)
         finally:
-            group.withdrawal.remove()
+            _withdrawal_of(group).remove()
 
     def _group_words(self, group: MiningGroup) -> str:
         return "" if len(self.groups) == 1 else f" in group {group.group_id} ({group.instance.name})"
@@ -223,7 +237,9 @@ class MiningRound:
             group.consecutive_rejections += 1
             log.warning("round %s: batch rejected%s (%s)", self.round_id, self._group_words(group), result.detail)
             if group.consecutive_rejections >= MAX_CONSECUTIVE_REJECTIONS:
-                raise RoundFailed(f"{group.consecutive_rejections} consecutive batches had non-finite values ({result.detail})")
+                raise RoundFailed(
+                    f"{group.consecutive_rejections} consecutive batches had non-finite values ({result.detail})"
+                )
             return
         group.consecutive_rejections = 0
         for sink in self._sinks:
@@ -257,8 +273,10 @@ class MiningRound:
         if not self._outside_samples:
             return forward
         per_sample = 1000 / self._outside_samples
-        return (f"{forward}, outside it {self._outside_seconds * per_sample:.2f} ms, of which waiting for inputs "
-                f"{self._input_wait_seconds * per_sample:.2f} ms and the head {self._head_seconds * per_sample:.2f} ms")
+        return (
+            f"{forward}, outside it {self._outside_seconds * per_sample:.2f} ms, of which waiting for inputs "
+            f"{self._input_wait_seconds * per_sample:.2f} ms and the head {self._head_seconds * per_sample:.2f} ms"
+        )
 
     def status(self) -> poc_pb2.RoundStatus:
         status = poc_pb2.RoundStatus(
@@ -282,7 +300,11 @@ class MiningRound:
             status.seconds_stop_to_last_forward = max(0.0, self._last_forward_returned_at - self._stop_requested_at)
         if self._first_batch_at is not None:
             status.seconds_to_first_batch = self._first_batch_at - self._requested_at
-        if self._first_issue_at is not None and self._last_done_at is not None and self._last_done_at > self._first_issue_at:
+        if (
+            self._first_issue_at is not None
+            and self._last_done_at is not None
+            and self._last_done_at > self._first_issue_at
+        ):
             end = self._last_done_at
             status.nonces_per_second_round = self.nonces_produced / (end - self._first_issue_at)
             window_start = max(self._first_issue_at, end - RATE_WINDOW_SECONDS)

@@ -55,7 +55,12 @@ class RoundBuffer:
 
     def append(self, nonces: Sequence[int], vectors: bytes, group_id: int = 0, instance: int = 0) -> ArtifactBatch:
         batch = ArtifactBatch(
-            self.last_sequence + 1, tuple(int(nonce) for nonce in nonces), bytes(vectors), self.k_dim, group_id, instance
+            self.last_sequence + 1,
+            tuple(int(nonce) for nonce in nonces),
+            bytes(vectors),
+            self.k_dim,
+            group_id,
+            instance,
         )
         self._batches.append(batch)
         self._buffered_artifacts += len(batch)

@@ -13,6 +13,7 @@ import grpc
 from engine_ext.consensus import DEFAULT_K, INT32_MAX
 from engine_ext.poc.batch_caps import PocBatchCap
 from gonka.mlnode.v1 import poc_pb2
+from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.errors import Reason, ServiceError, echoed, invalid_field
 from server.poc.callback_url import callback_url_problem
 
@@ -76,6 +77,10 @@ class RoundParameters:
         )
 
 
+# The requests that carry a round's or a computation's PoC parameters (`params`, `batch_size`).
+PocRequest = poc_pb2.StartRoundRequest | poc_pb2.ComputeArtifactsRequest | vpb.ValidatePocArtifactsRequest
+
+
 def round_parameters(request: poc_pb2.StartRoundRequest, limits: PocLimits) -> RoundParameters:
     artifacts = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
     instances = limits.instances
@@ -113,7 +118,9 @@ def round_parameters(request: poc_pb2.StartRoundRequest, limits: PocLimits) -> R
     )
 
 
-def artifact_params(block_hash: str, public_key: str, request: object, stronger_rng: bool, limits: PocLimits) -> ArtifactParams:
+def artifact_params(
+    block_hash: str, public_key: str, request: PocRequest, stronger_rng: bool, limits: PocLimits
+) -> ArtifactParams:
     """From a request holding `params` (PocParams): the model, seq_len and k_dim checked."""
     if not block_hash:
         raise invalid_field("block_hash", "is required")
@@ -130,14 +137,16 @@ def artifact_params(block_hash: str, public_key: str, request: object, stronger_
             field="params.model",
         )
     if not 1 <= params.seq_len <= limits.max_model_len:
-        raise invalid_field("params.seq_len", f"must be in [1, max context {limits.max_model_len}], got {params.seq_len}")
+        raise invalid_field(
+            "params.seq_len", f"must be in [1, max context {limits.max_model_len}], got {params.seq_len}"
+        )
     k_dim = params.k_dim if params.HasField("k_dim") else DEFAULT_K
     if not 2 <= k_dim <= limits.hidden_size:
         raise invalid_field("params.k_dim", f"must be in [2, hidden size {limits.hidden_size}], got {k_dim}")
     return ArtifactParams(block_hash, public_key, params.seq_len, k_dim, stronger_rng)
 
 
-def batch_size_of(request: object, seq_len: int, limits: PocLimits) -> int:
+def batch_size_of(request: PocRequest, seq_len: int, limits: PocLimits) -> int:
     batch_size = request.batch_size if request.HasField("batch_size") else min(DEFAULT_BATCH_SIZE, limits.max_num_seqs)
     if batch_size < 1:
         raise invalid_field("batch_size", f"must be >= 1, got {batch_size}")

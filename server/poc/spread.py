@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 from engine_ext.errors import EngineDead
 from engine_ext.poc.batch import PocBatchResult
@@ -29,7 +29,13 @@ Pieces = list[tuple[list[int], PocBatchResult]]
 
 
 class _Spread:
-    def __init__(self, instances: Sequence[EngineInstance], params: ArtifactParams, batches: Sequence[Sequence[int]], notes: KvBlockNotes) -> None:
+    def __init__(
+        self,
+        instances: Sequence[EngineInstance],
+        params: ArtifactParams,
+        batches: Sequence[Sequence[int]],
+        notes: KvBlockNotes,
+    ) -> None:
         self._params = params
         self._batches = batches
         self._notes = notes
@@ -67,7 +73,7 @@ class _Spread:
         self._changed.clear()
         await self._changed.wait()
 
-    async def results(self) -> AsyncIterator[tuple[EngineInstance, Pieces]]:
+    async def results(self) -> AsyncGenerator[tuple[EngineInstance, Pieces], None]:
         workers = [asyncio.create_task(self._work(instance)) for instance in self._instances]
         try:
             for index in range(len(self._batches)):
@@ -88,7 +94,7 @@ class _Spread:
 
 def spread_batches(
     instances: Sequence[EngineInstance], params: ArtifactParams, batches: Sequence[Sequence[int]], notes: KvBlockNotes
-) -> AsyncIterator[tuple[EngineInstance, Pieces]]:
+) -> AsyncGenerator[tuple[EngineInstance, Pieces], None]:
     """Per batch, in order: the instance that ran it and its (nonces, result) pieces (one, unless KV blocks were
     short and it was split). Raises what a batch raised, after every batch before it was yielded."""
     return _Spread(instances, params, batches, notes).results()

@@ -22,7 +22,7 @@ class StoreLock:
         self._descriptor = descriptor
 
     @classmethod
-    def claim(cls, store_path: Path) -> "StoreLock":
+    def claim(cls, store_path: Path) -> StoreLock:
         """Raises StoreInUse when another process holds the store, OSError when its folder cannot be made."""
         store_path.parent.mkdir(parents=True, exist_ok=True)
         lock_path = lock_path_of(store_path)

@@ -49,7 +49,14 @@ class PocComponents:
             store, self._session, interval_seconds=options.callback_interval_seconds, settled_kept_seconds=settled_kept
         )
         self.control = RoundControl(
-            instances, self.gate, self.hub, health, gated_services, poc_service, self._round_callback, lambda: admission.is_open
+            instances,
+            self.gate,
+            self.hub,
+            health,
+            gated_services,
+            poc_service,
+            self._round_callback,
+            lambda: admission.is_open,
         )
         self.servicer = PocServicer(self.control, self.hub, instances, limits, admission)
 
@@ -73,8 +80,12 @@ class PocComponents:
     def _round_callback(self, round_id: str, params: RoundParameters) -> ArtifactCallback | None:
         if not params.callback_url:
             return None
-        identity = CallbackIdentity(params.artifacts.public_key, params.artifacts.block_hash, params.block_height, params.node_id)
-        return ArtifactCallback(params.callback_url, identity, params.artifacts.k_dim, round_id, self.store, self.sender.flush)
+        identity = CallbackIdentity(
+            params.artifacts.public_key, params.artifacts.block_hash, params.block_height, params.node_id
+        )
+        return ArtifactCallback(
+            params.callback_url, identity, params.artifacts.k_dim, round_id, self.store, self.sender.flush
+        )
 
 
 def poc_limits(facts: ModelFacts, instances: int) -> PocLimits:

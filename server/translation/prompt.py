@@ -55,9 +55,10 @@ class PromptReader:
                 raise invalid_field("text", "must not be empty")
             self._require_chars(len(request.text), "text")
             encoded = await self._tokenizers.encode(request.text, self._facts.max_model_len)
-            if isinstance(encoded, int):
+            if isinstance(encoded, int):  # only a count: more tokens than the context holds, so this raises
                 self._require_fits_the_context(encoded, kind)
-            ids = encoded
+            else:
+                ids = encoded
         elif kind == "chat":
             ids = await self._render_chat(request.chat)
         else:
@@ -67,7 +68,9 @@ class PromptReader:
 
     async def _render_chat(self, chat: pb.ChatInput) -> list[int]:
         if not self._facts.has_chat_template:
-            raise invalid_field("chat", f"model {self._facts.served_model_name} has no chat template; send text or token_ids")
+            raise invalid_field(
+                "chat", f"model {self._facts.served_model_name} has no chat template; send text or token_ids"
+            )
         if not chat.messages:
             raise invalid_field("chat.messages", "must not be empty")
         messages = []
@@ -75,7 +78,9 @@ class PromptReader:
             role = CHAT_ROLES.get(message.role)
             if role is None:
                 known = ", ".join(pb.ChatRole.Name(value) for value in CHAT_ROLES)
-                raise invalid_field(f"chat.messages[{index}].role", f"unknown role {message.role}; expected one of {known}")
+                raise invalid_field(
+                    f"chat.messages[{index}].role", f"unknown role {message.role}; expected one of {known}"
+                )
             messages.append({"role": role, "content": message.content})
         variables = self._template_variables(chat)
         chars = sum(len(message.content) for message in chat.messages) + _string_chars(variables)
@@ -89,7 +94,9 @@ class PromptReader:
     def _template_variables(self, chat: pb.ChatInput) -> dict[str, Any]:
         if not chat.HasField("template_kwargs"):
             return {}
-        variables = {name: integral_numbers_as_ints(value) for name, value in MessageToDict(chat.template_kwargs).items()}
+        variables = {
+            name: integral_numbers_as_ints(value) for name, value in MessageToDict(chat.template_kwargs).items()
+        }
         allowed = self._limits.template_variables
         for name in sorted(variables):
             if name not in allowed:

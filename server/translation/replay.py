@@ -8,13 +8,15 @@ from gonka.mlnode.v1 import inference_pb2 as pb
 from server.errors import invalid_field
 from server.translation.prompt import require_in_vocabulary
 
-LOGPROBS_MODES: dict[int, LogprobsMode | None] = {
+LOGPROBS_MODES: dict[pb.LogprobsMode, LogprobsMode | None] = {
     pb.LOGPROBS_MODE_UNSPECIFIED: None,
     pb.LOGPROBS_MODE_RAW: LogprobsMode.RAW,
     pb.LOGPROBS_MODE_PROCESSED: LogprobsMode.PROCESSED,
 }
 # The contract's value of each mode (the inverse of LOGPROBS_MODES).
-LOGPROBS_MODE_VALUES: dict[LogprobsMode, int] = {mode: value for value, mode in LOGPROBS_MODES.items() if mode is not None}
+LOGPROBS_MODE_VALUES: dict[LogprobsMode, pb.LogprobsMode] = {
+    mode: value for value, mode in LOGPROBS_MODES.items() if mode is not None
+}
 
 
 def logprobs_mode(request: pb.GenerateRequest) -> LogprobsMode | None:

@@ -56,7 +56,9 @@ def instances_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) 
     metrics_port = free_port()
     flags = ["--instances", "2", "--metrics-port", str(metrics_port), *SERVER_LAYER_FLAGS]
     # Two engines start one after the other.
-    server = start_server(tmp_path_factory.mktemp("instances") / "server.log", flags, env=env, timeout=2 * startup_timeout())
+    server = start_server(
+        tmp_path_factory.mktemp("instances") / "server.log", flags, env=env, timeout=2 * startup_timeout()
+    )
     yield server, f"http://127.0.0.1:{metrics_port}/metrics"
     exit_code = server.stop()
     assert exit_code == 0, f"server exited with {exit_code} on SIGTERM:\n{server.log_tail()}"
@@ -106,9 +108,11 @@ class HeldStreams:
     """Long greedy streams running in threads until each ends; what each received and how it ended."""
 
     def __init__(self, target: str, count: int) -> None:
-        self.received = {index: 0 for index in range(count)}
+        self.received = dict.fromkeys(range(count), 0)
         self.ended: dict[int, ServerError | None] = {}
-        self._threads = [threading.Thread(target=self._run, args=(target, index), daemon=True) for index in range(count)]
+        self._threads = [
+            threading.Thread(target=self._run, args=(target, index), daemon=True) for index in range(count)
+        ]
         for thread in self._threads:
             thread.start()
 
@@ -140,7 +144,9 @@ def test_each_instance_runs_on_its_own_cores_with_the_servers_environment(two: I
         (1, pb.InstanceStatus.STATE_SERVING, f"{BIND}=1"),
     ]
     processes = {(process.instance, process.role) for process in status.engine_processes}
-    assert processes == {(i, role) for i in (0, 1) for role in (pb.EngineProcess.ROLE_ENGINE_CORE, pb.EngineProcess.ROLE_WORKER)}
+    assert processes == {
+        (i, role) for i in (0, 1) for role in (pb.EngineProcess.ROLE_ENGINE_CORE, pb.EngineProcess.ROLE_WORKER)
+    }
     for process in status.engine_processes:
         # The server's environment plus the instance's slice: the host's own settings reach every engine.
         assert dict(process.environment) == {BIND: str(process.instance), HOST_SETTING[0]: HOST_SETTING[1]}
@@ -176,7 +182,9 @@ def delta(before: dict, after: dict, name: str, **labels: str) -> float:
     return value(after, name, **labels) - value(before, name, **labels)
 
 
-def test_inference_goes_to_the_least_loaded_instance_and_abort_finds_it_there(target: str, two: InferenceClient) -> None:
+def test_inference_goes_to_the_least_loaded_instance_and_abort_finds_it_there(
+    target: str, two: InferenceClient
+) -> None:
     streams = HeldStreams(target, 2)
     streams.wait_streaming()
     status = two.server_status()
@@ -195,8 +203,16 @@ def test_replays_spread_over_the_instances_pass(two: InferenceClient) -> None:
     items = []
     for seed in range(4):
         request = build_request(token_ids=PROMPT_IDS, max_tokens=12, temperature=0.99, seed=seed, top_logprobs=5)
-        recorded = two.generate(build_request(token_ids=PROMPT_IDS, max_tokens=12, temperature=0.99, seed=seed, top_logprobs=5,
-                                              chain_top_logprobs=True)).first
+        recorded = two.generate(
+            build_request(
+                token_ids=PROMPT_IDS,
+                max_tokens=12,
+                temperature=0.99,
+                seed=seed,
+                top_logprobs=5,
+                chain_top_logprobs=True,
+            )
+        ).first
         items.append(inference_item(request, recorded.token_ids, recorded.logprobs.chain_top, threshold=0.94))
     verdicts = two.validate_inference(items, timeout=300)
     assert sorted(verdict.index for verdict in verdicts) == [0, 1, 2, 3]
@@ -212,8 +228,13 @@ def test_a_group_field_is_refused_when_the_server_numbers_the_groups(poc, model:
 
 def round_request(model: str, **fields) -> poc_pb2.StartRoundRequest:
     return poc_pb2.StartRoundRequest(
-        block_hash="instances-block", public_key="instances-key", node_id=NODE_ID, node_count=NODE_COUNT, batch_size=BATCH,
-        params=poc_pb2.PocParams(model=model, seq_len=SEQ_LEN), **fields,
+        block_hash="instances-block",
+        public_key="instances-key",
+        node_id=NODE_ID,
+        node_count=NODE_COUNT,
+        batch_size=BATCH,
+        params=poc_pb2.PocParams(model=model, seq_len=SEQ_LEN),
+        **fields,
     )
 
 
@@ -225,21 +246,35 @@ def mined(instances_server, two: InferenceClient, poc, model: str) -> dict:
     streams.wait_streaming()
     started = poc.StartRound(round_request(model)).status
     streams.join()
-    seen = {"preempted": dict(streams.ended), "started": started, "gate_closed": two.server_status().inference_gate_closed}
+    seen = {
+        "preempted": dict(streams.ended),
+        "started": started,
+        "gate_closed": two.server_status().inference_gate_closed,
+    }
     with pytest.raises(ServerError) as refused:
         two.generate(token_ids=PROMPT_IDS, max_tokens=2)
     seen["refused"] = refused.value
-    seen["health"] = {service: two.health(service) for service in (INFERENCE, f"{INFERENCE}/instance-0", f"{INFERENCE}/instance-1")}
+    seen["health"] = {
+        service: two.health(service) for service in (INFERENCE, f"{INFERENCE}/instance-0", f"{INFERENCE}/instance-1")
+    }
     deadline = time.monotonic() + 120
-    while min(group.nonces_produced for group in poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest()).status.groups) < 40:
+    while (
+        min(group.nonces_produced for group in poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest()).status.groups) < 40
+    ):
         assert time.monotonic() < deadline
         time.sleep(0.2)
     seen["stopped"] = poc.StopRound(poc_pb2.StopRoundRequest()).status
-    seen["batches"] = [m.batch for m in poc.SubscribeArtifacts(poc_pb2.SubscribeArtifactsRequest(round_id=started.round_id)) if m.HasField("batch")]
+    seen["batches"] = [
+        m.batch
+        for m in poc.SubscribeArtifacts(poc_pb2.SubscribeArtifactsRequest(round_id=started.round_id))
+        if m.HasField("batch")
+    ]
     return seen
 
 
-def test_one_round_holds_inference_off_every_instance_and_hands_both_back(mined: dict, target: str, two: InferenceClient) -> None:
+def test_one_round_holds_inference_off_every_instance_and_hands_both_back(
+    mined: dict, target: str, two: InferenceClient
+) -> None:
     for error in mined["preempted"].values():
         assert error is not None and (error.code, error.reason) == (grpc.StatusCode.UNAVAILABLE, "POC_PREEMPTED")
     assert mined["started"].preempted_streams == 2
@@ -262,7 +297,8 @@ def test_each_instance_mines_its_own_group_of_the_frozen_formula(mined: dict) ->
     assert stopped.state == poc_pb2.ROUND_STATE_STOPPED
     assert (stopped.parameters.group_id, stopped.parameters.group_count) == (0, 2)
     assert [(group.group_id, group.instance, group.state) for group in stopped.groups] == [
-        (0, 0, poc_pb2.ROUND_STATE_STOPPED), (1, 1, poc_pb2.ROUND_STATE_STOPPED)
+        (0, 0, poc_pb2.ROUND_STATE_STOPPED),
+        (1, 1, poc_pb2.ROUND_STATE_STOPPED),
     ]
     for group in stopped.groups:
         mined_nonces = [n for batch in batches if batch.group_id == group.group_id for n in batch.nonces]
@@ -283,36 +319,53 @@ def vectors_by_nonce(batches) -> dict[int, np.ndarray]:
     return found
 
 
-def test_the_rounds_artifacts_equal_one_instances_and_validate_on_both(mined: dict, two: InferenceClient, client: InferenceClient, model: str) -> None:
+def test_the_rounds_artifacts_equal_one_instances_and_validate_on_both(
+    mined: dict, two: InferenceClient, client: InferenceClient, model: str
+) -> None:
     round_vectors = vectors_by_nonce(mined["batches"])
     # The first nonces of each group, and the single-instance server's artifacts of the same nonces.
-    nonces = [n for group_id in (0, 1) for n in [b for b in mined["batches"] if b.group_id == group_id][0].nonces]
+    nonces = [n for group_id in (0, 1) for n in next(b for b in mined["batches"] if b.group_id == group_id).nonces]
     single = vectors_by_nonce(client.poc.compute_artifacts("instances-block", "instances-key", model, SEQ_LEN, nonces))
     distances = [float(np.linalg.norm(round_vectors[n] - single[n])) for n in nonces]
     assert max(distances) <= L2_BOUND, distances
     # ComputeArtifacts on both instances: the list's order, batch after batch, and the round's very values.
     listed = sorted(round_vectors)[:40]
-    computed = list(two.poc.compute_artifacts("instances-block", "instances-key", model, SEQ_LEN, listed, batch_size=BATCH))
+    computed = list(
+        two.poc.compute_artifacts("instances-block", "instances-key", model, SEQ_LEN, listed, batch_size=BATCH)
+    )
     assert [n for batch in computed for n in batch.nonces] == listed
     assert {batch.instance for batch in computed} == {0, 1}
     assert all(np.array_equal(vectors_by_nonce(computed)[n], round_vectors[n]) for n in listed)
     claims = [(n, round_vectors[n].astype("<f2").tobytes()) for n in listed]
-    responses = list(two.poc.validate_poc_artifacts(
-        claims=claims, block_hash="instances-block", public_key="instances-key", model=model, seq_len=SEQ_LEN, batch_size=BATCH,
-        dist_threshold=0.02, p_mismatch=0.1, p_value_threshold=0.05,
-    ))
+    responses = list(
+        two.poc.validate_poc_artifacts(
+            claims=claims,
+            block_hash="instances-block",
+            public_key="instances-key",
+            model=model,
+            seq_len=SEQ_LEN,
+            batch_size=BATCH,
+            dist_threshold=0.02,
+            p_mismatch=0.1,
+            p_value_threshold=0.05,
+        )
+    )
     progress = [n for response in responses if response.HasField("progress") for n in response.progress.nonces]
     assert progress == listed
     summary = responses[-1].summary
     assert (summary.n_total, summary.n_mismatch, summary.fraud_detected) == (len(listed), 0, False)
 
 
-def test_a_dead_instance_ends_its_streams_and_the_other_serves_on(instances_server, two: InferenceClient, poc, model: str) -> None:
+def test_a_dead_instance_ends_its_streams_and_the_other_serves_on(
+    instances_server, two: InferenceClient, poc, model: str
+) -> None:
     server, url = instances_server
     streams = HeldStreams(server.target, 2)
     streams.wait_streaming()
     status = two.server_status(include_engine_processes=True)
-    core = next(p.pid for p in status.engine_processes if p.instance == 1 and p.role == pb.EngineProcess.ROLE_ENGINE_CORE)
+    core = next(
+        p.pid for p in status.engine_processes if p.instance == 1 and p.role == pb.EngineProcess.ROLE_ENGINE_CORE
+    )
     os.kill(core, signal.SIGKILL)
     deadline = time.monotonic() + 60
     while not streams.ended:
@@ -328,9 +381,16 @@ def test_a_dead_instance_ends_its_streams_and_the_other_serves_on(instances_serv
     while two.health(f"{INFERENCE}/instance-1") != NOT_SERVING:
         assert time.monotonic() < deadline
         time.sleep(0.1)
-    assert two.health(f"{INFERENCE}/instance-0") == SERVING and two.health(INFERENCE) == SERVING and two.health("") == SERVING
+    assert (
+        two.health(f"{INFERENCE}/instance-0") == SERVING
+        and two.health(INFERENCE) == SERVING
+        and two.health("") == SERVING
+    )
     entries = two.server_status().instances
-    assert [(entry.index, entry.state) for entry in entries] == [(0, pb.InstanceStatus.STATE_SERVING), (1, pb.InstanceStatus.STATE_DEAD)]
+    assert [(entry.index, entry.state) for entry in entries] == [
+        (0, pb.InstanceStatus.STATE_SERVING),
+        (1, pb.InstanceStatus.STATE_DEAD),
+    ]
     assert entries[1].engine_problem == "the engine has died"
     samples = scrape(url)
     assert value(samples, "mlnode_instance_state", instance="1", state="dead") == 1
@@ -343,4 +403,6 @@ def test_a_dead_instance_ends_its_streams_and_the_other_serves_on(instances_serv
     # The next round runs on the instance that serves: one group of one.
     started = poc.StartRound(round_request(model)).status
     stopped = poc.StopRound(poc_pb2.StopRoundRequest(round_id=started.round_id)).status
-    assert [(group.group_id, group.instance) for group in stopped.groups] == [(0, 0)] and stopped.parameters.group_count == 1
+    assert [(group.group_id, group.instance) for group in stopped.groups] == [
+        (0, 0)
+    ] and stopped.parameters.group_count == 1

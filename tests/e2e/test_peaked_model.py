@@ -37,7 +37,9 @@ def peaked_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     model = REPO_ROOT / PEAKED_MODEL_DIR
     if not (model / "build_info.json").is_file():
         pytest.fail(f"the peaked model is not built at {model}: run `make test` (it builds it)")
-    process = start_server(tmp_path_factory.mktemp("peaked") / "server.log", ["--model", str(model), *SERVER_LAYER_FLAGS])
+    process = start_server(
+        tmp_path_factory.mktemp("peaked") / "server.log", ["--model", str(model), *SERVER_LAYER_FLAGS]
+    )
     yield process
     assert process.stop() == 0, process.log_tail()
 
@@ -47,8 +49,16 @@ def run_all(server: ServerProcess, mode: str) -> dict[str, list[Generation]]:
         async with AsyncInferenceClient(server.target) as aio:
             jobs = {
                 name: [
-                    aio.generate(token_ids=[1000 + 37 * index, 2000 + index, 11], max_tokens=TOKENS, ignore_eos=True, seed=index,
-                                 top_logprobs=5, logprobs_mode=mode, chain_top_logprobs=True, **options)
+                    aio.generate(
+                        token_ids=[1000 + 37 * index, 2000 + index, 11],
+                        max_tokens=TOKENS,
+                        ignore_eos=True,
+                        seed=index,
+                        top_logprobs=5,
+                        logprobs_mode=mode,
+                        chain_top_logprobs=True,
+                        **options,
+                    )
                     for index in range(REQUESTS_PER_CONFIGURATION)
                 ]
                 for name, options in CONFIGURATIONS.items()
@@ -60,8 +70,26 @@ def run_all(server: ServerProcess, mode: str) -> dict[str, list[Generation]]:
 
 def test_processed_lists_are_padded_with_the_lowest_ids_where_top_p_cuts(peaked_server: ServerProcess) -> None:
     with InferenceClient(peaked_server.target) as client:
-        processed = client.generate(token_ids=[1000, 2000, 11], max_tokens=40, ignore_eos=True, temperature=1.0, top_p=0.9, seed=3, top_logprobs=5, logprobs_mode="processed").first
-        raw = client.generate(token_ids=[1000, 2000, 11], max_tokens=40, ignore_eos=True, temperature=1.0, top_p=0.9, seed=3, top_logprobs=5, logprobs_mode="raw").first
+        processed = client.generate(
+            token_ids=[1000, 2000, 11],
+            max_tokens=40,
+            ignore_eos=True,
+            temperature=1.0,
+            top_p=0.9,
+            seed=3,
+            top_logprobs=5,
+            logprobs_mode="processed",
+        ).first
+        raw = client.generate(
+            token_ids=[1000, 2000, 11],
+            max_tokens=40,
+            ignore_eos=True,
+            temperature=1.0,
+            top_p=0.9,
+            seed=3,
+            top_logprobs=5,
+            logprobs_mode="raw",
+        ).first
     assert processed.token_ids == raw.token_ids  # the mode changes what is reported, not what is sampled
     padded_positions = 0
     for ids, values in zip(processed.logprobs.top_ids, processed.logprobs.top_logprobs):
@@ -77,11 +105,24 @@ def test_processed_lists_are_padded_with_the_lowest_ids_where_top_p_cuts(peaked_
 @pytest.mark.parametrize("mode", ["raw", "processed"])
 def test_replays_on_the_peaked_model_reproduce_their_output(peaked_server: ServerProcess, mode: str) -> None:
     with InferenceClient(peaked_server.target) as client:
-        request = dict(token_ids=[1000, 2000, 11], max_tokens=32, ignore_eos=True, temperature=1.0, top_p=0.9, seed=4, top_logprobs=5, logprobs_mode=mode, chain_top_logprobs=True)
+        request = dict(
+            token_ids=[1000, 2000, 11],
+            max_tokens=32,
+            ignore_eos=True,
+            temperature=1.0,
+            top_p=0.9,
+            seed=4,
+            top_logprobs=5,
+            logprobs_mode=mode,
+            chain_top_logprobs=True,
+        )
         original = client.generate(**request).first
         replay = client.generate(**request, enforced_token_ids=original.token_ids).first
     assert replay.token_ids == original.token_ids
-    distance = sequence_distance(list(zip(original.token_ids, original.logprobs.chain_top)), list(zip(replay.token_ids, replay.logprobs.chain_top)))
+    distance = sequence_distance(
+        list(zip(original.token_ids, original.logprobs.chain_top)),
+        list(zip(replay.token_ids, replay.logprobs.chain_top)),
+    )
     assert 0 <= distance < 0.001
 
 
@@ -110,7 +151,10 @@ def test_the_mode_detector_on_the_servers_own_lists(peaked_server: ServerProcess
     assert correct["raw"] == len(CONFIGURATIONS) * REQUESTS_PER_CONFIGURATION
     # Where top-p cuts, the padding gives processed lists away (8 of 9 here: one request's lists kept
     # enough survivors that its padding stayed under the detector's 10 % of ids).
-    top_p_hits = sum(detect_logprobs_mode(g.first.logprobs.chain_top) == LogprobsMode.PROCESSED for g in produced["processed"]["top_p 0.9"])
+    top_p_hits = sum(
+        detect_logprobs_mode(g.first.logprobs.chain_top) == LogprobsMode.PROCESSED
+        for g in produced["processed"]["top_p 0.9"]
+    )
     assert top_p_hits >= REQUESTS_PER_CONFIGURATION - 2
 
 
@@ -126,29 +170,55 @@ def test_honest_processed_records_pass_when_no_mode_is_stated_anywhere(peaked_se
     with InferenceClient(peaked_server.target) as client:
         items = []
         for temperature in (0.5, 0.6, 0.7):
-            fields = dict(prompt=STORY, temperature=temperature, seed=1, max_tokens=150, ignore_eos=True, top_logprobs=5)
-            recorded = client.generate(build_request(**fields, logprobs_mode="processed", chain_top_logprobs=True), timeout=300).first
-            assert detect_logprobs_mode(recorded.logprobs.chain_top) is LogprobsMode.RAW  # what the padding count alone says
-            items.append(inference_item(build_request(**fields), recorded.token_ids, recorded.logprobs.chain_top, threshold=CHAIN_THRESHOLD))
+            fields = dict(
+                prompt=STORY, temperature=temperature, seed=1, max_tokens=150, ignore_eos=True, top_logprobs=5
+            )
+            recorded = client.generate(
+                build_request(**fields, logprobs_mode="processed", chain_top_logprobs=True), timeout=300
+            ).first
+            assert (
+                detect_logprobs_mode(recorded.logprobs.chain_top) is LogprobsMode.RAW
+            )  # what the padding count alone says
+            items.append(
+                inference_item(
+                    build_request(**fields), recorded.token_ids, recorded.logprobs.chain_top, threshold=CHAIN_THRESHOLD
+                )
+            )
         responses = {response.index: response for response in client.validate_inference(items, timeout=600)}
     for index in range(len(items)):
         verdict = responses[index].verdict
         assert verdict.passed and verdict.similarity > 0.99, (index, responses[index])
         assert (verdict.mode, verdict.mode_source, verdict.mode_detected) == (
-            pb.LOGPROBS_MODE_PROCESSED, vpb.LOGPROBS_MODE_SOURCE_REPLAY, True,
+            pb.LOGPROBS_MODE_PROCESSED,
+            vpb.LOGPROBS_MODE_SOURCE_REPLAY,
+            True,
         ), verdict
 
 
 def test_the_mode_the_original_request_stated_is_the_one_judged(peaked_server: ServerProcess) -> None:
     with InferenceClient(peaked_server.target) as client:
-        fields = dict(prompt=STORY, temperature=0.7, seed=2, max_tokens=150, ignore_eos=True, top_logprobs=5, logprobs_mode="processed")
+        fields = dict(
+            prompt=STORY,
+            temperature=0.7,
+            seed=2,
+            max_tokens=150,
+            ignore_eos=True,
+            top_logprobs=5,
+            logprobs_mode="processed",
+        )
         stated = build_request(**fields)
         recorded = client.generate(build_request(**fields, chain_top_logprobs=True), timeout=300).first
-        item = inference_item(stated, recorded.token_ids, recorded.logprobs.chain_top, threshold=CHAIN_THRESHOLD)  # no item mode
+        item = inference_item(
+            stated, recorded.token_ids, recorded.logprobs.chain_top, threshold=CHAIN_THRESHOLD
+        )  # no item mode
         [response] = client.validate_inference([item], timeout=300)
     verdict = response.verdict
     assert verdict.passed, response
-    assert (verdict.mode, verdict.mode_source, verdict.mode_detected) == (pb.LOGPROBS_MODE_PROCESSED, vpb.LOGPROBS_MODE_SOURCE_REQUEST, False)
+    assert (verdict.mode, verdict.mode_source, verdict.mode_detected) == (
+        pb.LOGPROBS_MODE_PROCESSED,
+        vpb.LOGPROBS_MODE_SOURCE_REQUEST,
+        False,
+    )
 
 
 def test_the_issues_recorded_completion_passes_its_validation(peaked_server: ServerProcess) -> None:
@@ -160,12 +230,31 @@ def test_the_issues_recorded_completion_passes_its_validation(peaked_server: Ser
 
     run = dict(capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=dict(os.environ), check=False)
     recorded = subprocess.run(
-        cli("complete", STORY, "--temperature", "0.7", "--seed", "1", "--max-tokens", "200", "--logprobs", "5", "--record"), **run
+        cli(
+            "complete",
+            STORY,
+            "--temperature",
+            "0.7",
+            "--seed",
+            "1",
+            "--max-tokens",
+            "200",
+            "--logprobs",
+            "5",
+            "--record",
+        ),
+        **run,
+        check=False,
     )
     assert recorded.returncode == 0, recorded.stderr
     [record] = [json.loads(line) for line in recorded.stdout.splitlines()]
     assert record["mode"] == "processed" and "mode" not in record["request"].get("logprobs", {})
-    validated = subprocess.run(cli("validate-inference", "--threshold", str(CHAIN_THRESHOLD), "--json"), input=recorded.stdout, **run)
+    validated = subprocess.run(
+        cli("validate-inference", "--threshold", str(CHAIN_THRESHOLD), "--json"),
+        input=recorded.stdout,
+        **run,
+        check=False,
+    )
     assert validated.returncode == 0, validated.stdout + validated.stderr
     [response] = [json.loads(line) for line in validated.stdout.splitlines()]
     assert response["verdict"]["passed"] is True and response["verdict"]["mode"] == "LOGPROBS_MODE_PROCESSED"

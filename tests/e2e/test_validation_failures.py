@@ -41,7 +41,9 @@ POC_TEST = vpb.PocStatTest(dist_threshold=0.2, p_mismatch=0.1, p_value_threshold
 def validator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     faults = {"fail_seed": FAULT_SEED, "fail_after_tokens": FAULT_AFTER_TOKENS, "non_finite_nonces": [NON_FINITE_NONCE]}
     flags = ["--max-model-len", str(CONTEXT), "--max-concurrent-streams", str(STREAM_BOUND), *SERVER_LAYER_FLAGS]
-    process = start_server(tmp_path_factory.mktemp("validator") / "server.log", flags, env=fault_environment(engine_environment(), faults))
+    process = start_server(
+        tmp_path_factory.mktemp("validator") / "server.log", flags, env=fault_environment(engine_environment(), faults)
+    )
     yield process
     assert process.stop() == 0, process.log_tail()
 
@@ -63,7 +65,9 @@ def by_index(responses: list[vpb.ValidateInferenceResponse]) -> dict[int, vpb.Va
     return {response.index: response for response in responses}
 
 
-def test_a_replay_cut_by_this_nodes_context_is_an_item_error_not_a_verdict(client: InferenceClient, validating: InferenceClient) -> None:
+def test_a_replay_cut_by_this_nodes_context_is_an_item_error_not_a_verdict(
+    client: InferenceClient, validating: InferenceClient
+) -> None:
     # The executor's request stated no max_tokens: its own context let it write 300 tokens, more than the validator's has.
     fields, tokens, lists = record(client, max_tokens=300, ignore_eos=True, seed=5)
     request = build_request(**{name: value for name, value in fields.items() if name != "max_tokens"})
@@ -72,12 +76,22 @@ def test_a_replay_cut_by_this_nodes_context_is_an_item_error_not_a_verdict(clien
     results = by_index(validating.validate_inference([too_long, fitting], timeout=300))
     assert results[0].WhichOneof("outcome") == "error", results[0]
     error = results[0].error
-    assert (error.code, error.reason, error.field, error.retryable) == ("INVALID_ARGUMENT", "CONTEXT_LENGTH_EXCEEDED", "positions.token_ids", False)
+    assert (error.code, error.reason, error.field, error.retryable) == (
+        "INVALID_ARGUMENT",
+        "CONTEXT_LENGTH_EXCEEDED",
+        "positions.token_ids",
+        False,
+    )
     # A record that fits is judged (here it is the executor's first 100 tokens: its replay runs on past them).
-    assert results[1].verdict.failure == vpb.INFERENCE_FAILURE_LENGTH_DIFFERS and results[1].verdict.first_differing_position == 100
+    assert (
+        results[1].verdict.failure == vpb.INFERENCE_FAILURE_LENGTH_DIFFERS
+        and results[1].verdict.first_differing_position == 100
+    )
 
 
-def test_a_replay_the_engine_fails_is_a_retryable_item_error_not_a_verdict(client: InferenceClient, validating: InferenceClient) -> None:
+def test_a_replay_the_engine_fails_is_a_retryable_item_error_not_a_verdict(
+    client: InferenceClient, validating: InferenceClient
+) -> None:
     failing_fields, failing_tokens, failing_lists = record(client, max_tokens=30, ignore_eos=True, seed=FAULT_SEED)
     fields, tokens, lists = record(client, max_tokens=30, ignore_eos=True, seed=7)
     items = [
@@ -96,16 +110,25 @@ def test_the_could_not_serve_probe_generates_one_token(validating: InferenceClie
     # The network's requests carry min_tokens >= 64 and often no max_tokens: the probe must not generate them.
     servable = build_request(token_ids=PROMPT_IDS, min_tokens=64, temperature=1.0, seed=3)
     impossible = build_request(token_ids=PROMPT_IDS, min_tokens=64, max_tokens=4)  # refused by Generate's own checks
-    items = [vpb.InferenceItem(request=request, threshold=THRESHOLD, executor_could_not_serve=True) for request in (servable, impossible)]
+    items = [
+        vpb.InferenceItem(request=request, threshold=THRESHOLD, executor_could_not_serve=True)
+        for request in (servable, impossible)
+    ]
     results = by_index(validating.validate_inference(items, timeout=300))
     served = results[0].verdict
-    assert (served.passed, served.failure, served.replayed_tokens) == (False, vpb.INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE, 1), results[0]
+    assert (served.passed, served.failure, served.replayed_tokens) == (
+        False,
+        vpb.INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE,
+        1,
+    ), results[0]
     assert results[1].verdict.passed and results[1].verdict.similarity == 1.0  # nobody can serve it
 
 
 def test_the_replays_of_a_call_stay_within_the_stream_bound(validating: InferenceClient) -> None:
     records = [record(validating, max_tokens=120, ignore_eos=True, seed=20 + index) for index in range(8)]
-    items = [inference_item(build_request(**fields), tokens, lists, threshold=THRESHOLD) for fields, tokens, lists in records]
+    items = [
+        inference_item(build_request(**fields), tokens, lists, threshold=THRESHOLD) for fields, tokens, lists in records
+    ]
     responses: list[vpb.ValidateInferenceResponse] = []
     call = threading.Thread(target=lambda: responses.extend(validating.validate_inference(items, timeout=600)))
     in_engine: list[int] = []
@@ -122,12 +145,16 @@ def test_the_replays_of_a_call_stay_within_the_stream_bound(validating: Inferenc
     assert max(in_engine) >= 2, in_engine  # the replays did run concurrently, within the bound
 
 
-def test_a_non_finite_nonce_hides_no_other_claim(server: ServerProcess, client: InferenceClient, validator: ServerProcess) -> None:
+def test_a_non_finite_nonce_hides_no_other_claim(
+    server: ServerProcess, client: InferenceClient, validator: ServerProcess
+) -> None:
     model = client.model_info().served_model_name
     params = poc_pb2.PocParams(model=model, seq_len=64)
     nonces = list(range(100, 108))
     with grpc.insecure_channel(server.target) as channel:  # references from the shared server, which has no faults
-        request = poc_pb2.ComputeArtifactsRequest(block_hash="nf-block", public_key="nf-key", params=params, nonces=nonces, batch_size=8)
+        request = poc_pb2.ComputeArtifactsRequest(
+            block_hash="nf-block", public_key="nf-key", params=params, nonces=nonces, batch_size=8
+        )
         computed = {}
         for message in poc_pb2_grpc.PocServiceStub(channel).ComputeArtifacts(request):
             for index, nonce in enumerate(message.batch.nonces):
@@ -135,20 +162,41 @@ def test_a_non_finite_nonce_hides_no_other_claim(server: ServerProcess, client: 
     tampered = 105
     rng = np.random.default_rng(0)
     claims = [
-        vpb.ClaimedArtifact(nonce=nonce, vector_f16=rng.standard_normal(K).astype("<f2").tobytes() if nonce == tampered else computed[nonce])
+        vpb.ClaimedArtifact(
+            nonce=nonce,
+            vector_f16=rng.standard_normal(K).astype("<f2").tobytes() if nonce == tampered else computed[nonce],
+        )
         for nonce in nonces
     ]
     with grpc.insecure_channel(validator.target) as channel:
-        responses = list(validation_pb2_grpc.ValidationServiceStub(channel).ValidatePocArtifacts(
-            vpb.ValidatePocArtifactsRequest(block_hash="nf-block", public_key="nf-key", params=params, artifacts=claims, stat_test=POC_TEST, batch_size=8)
-        ))
+        responses = list(
+            validation_pb2_grpc.ValidationServiceStub(channel).ValidatePocArtifacts(
+                vpb.ValidatePocArtifactsRequest(
+                    block_hash="nf-block",
+                    public_key="nf-key",
+                    params=params,
+                    artifacts=claims,
+                    stat_test=POC_TEST,
+                    batch_size=8,
+                )
+            )
+        )
     summary = responses[-1].summary
-    judged = {nonce: (distance, mismatch) for response in responses[:-1]
-              for nonce, distance, mismatch in zip(response.progress.nonces, response.progress.distances, response.progress.mismatches)}
+    judged = {
+        nonce: (distance, mismatch)
+        for response in responses[:-1]
+        for nonce, distance, mismatch in zip(
+            response.progress.nonces, response.progress.distances, response.progress.mismatches
+        )
+    }
     assert sorted(judged) == nonces  # every claim has its own entry
     assert np.isnan(judged[NON_FINITE_NONCE][0]) and not judged[NON_FINITE_NONCE][1]  # not computable here: no mismatch
-    assert judged[tampered][1] and list(summary.mismatch_nonces) == [tampered]  # the batch's non-finite nonce hid nothing
-    assert all(judged[nonce][0] < 0.2 and not judged[nonce][1] for nonce in nonces if nonce not in (tampered, NON_FINITE_NONCE))
+    assert judged[tampered][1] and list(summary.mismatch_nonces) == [
+        tampered
+    ]  # the batch's non-finite nonce hid nothing
+    assert all(
+        judged[nonce][0] < 0.2 and not judged[nonce][1] for nonce in nonces if nonce not in (tampered, NON_FINITE_NONCE)
+    )
     assert (summary.n_total, summary.n_mismatch, summary.n_not_computable) == (8, 1, 1)
 
 
@@ -157,7 +205,10 @@ def test_sigterm_during_a_validation_gives_retryable_item_errors_not_verdicts(tm
     try:
         with InferenceClient(server.target) as executor:
             records = [record(executor, max_tokens=300, ignore_eos=True, seed=40 + index) for index in range(4)]
-        items = [inference_item(build_request(**fields), tokens, lists, threshold=THRESHOLD) for fields, tokens, lists in records]
+        items = [
+            inference_item(build_request(**fields), tokens, lists, threshold=THRESHOLD)
+            for fields, tokens, lists in records
+        ]
         responses: list[vpb.ValidateInferenceResponse] = []
         failures: list[BaseException] = []
 

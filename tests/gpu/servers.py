@@ -19,7 +19,7 @@ class ServedModel:
     flags: tuple[str, ...]
 
     @classmethod
-    def from_environment(cls, flags_variable: str, dir_variable: str) -> "ServedModel":
+    def from_environment(cls, flags_variable: str, dir_variable: str) -> ServedModel:
         """The model directory and vLLM flags the two variables name; unset, the embedded model with no flags."""
         model_dir = Path(os.environ.get(dir_variable) or DEFAULT_MODEL_DIR)
         if not (model_dir / "config.json").is_file():

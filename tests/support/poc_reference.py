@@ -58,7 +58,9 @@ class HfPocReference:
     ) -> np.ndarray:
         """The artifact of one nonce: float16 [k]. `reflect_layers=False` is the plain forward, a negative
         control: the tests use it to show their tolerance tells a forward without reflections apart."""
-        inputs = inputs_for_nonce(block_hash, public_key, nonce, seq_len, self.hidden, dtype=self.dtype, stronger_rng=stronger_rng)
+        inputs = inputs_for_nonce(
+            block_hash, public_key, nonce, seq_len, self.hidden, dtype=self.dtype, stronger_rng=stronger_rng
+        )
         last_hidden = self.last_hidden(block_hash, inputs, reflect_layers)
         vectors = head_vectors(last_hidden.float().unsqueeze(0), block_hash, public_key, [nonce], k)
         return vectors[0].numpy()
@@ -102,7 +104,9 @@ def decode_batch_vectors(nonces: Iterable[int], vectors: bytes, k: int) -> list[
     nonce_list = list(nonces)
     flat = np.frombuffer(vectors, dtype="<f2")
     if flat.size != len(nonce_list) * k:
-        raise ValueError(f"batch of {len(nonce_list)} nonces carries {flat.size} float16 values, expected {len(nonce_list) * k}")
+        raise ValueError(
+            f"batch of {len(nonce_list)} nonces carries {flat.size} float16 values, expected {len(nonce_list) * k}"
+        )
     rows = flat.reshape(len(nonce_list), k)
     return [(nonce, rows[i].copy()) for i, nonce in enumerate(nonce_list)]
 
@@ -134,7 +138,9 @@ def artifacts_request(
     return request
 
 
-def compute_batches(stub: poc_pb2_grpc.PocServiceStub, request: poc_pb2.ComputeArtifactsRequest) -> list[poc_pb2.ArtifactBatch]:
+def compute_batches(
+    stub: poc_pb2_grpc.PocServiceStub, request: poc_pb2.ComputeArtifactsRequest
+) -> list[poc_pb2.ArtifactBatch]:
     return [response.batch for response in stub.ComputeArtifacts(request, timeout=RPC_TIMEOUT)]
 
 
@@ -147,7 +153,9 @@ def rows_of(batches: Iterable[poc_pb2.ArtifactBatch], k: int) -> list[tuple[int,
     return rows
 
 
-def one_forward(stub: poc_pb2_grpc.PocServiceStub, request: poc_pb2.ComputeArtifactsRequest) -> list[tuple[int, np.ndarray]]:
+def one_forward(
+    stub: poc_pb2_grpc.PocServiceStub, request: poc_pb2.ComputeArtifactsRequest
+) -> list[tuple[int, np.ndarray]]:
     """The vectors of the request's nonces, which must have come back as exactly ONE batch of exactly those
     nonces in that order: a test then knows which nonces shared the forward (the server would split a batch
     when KV blocks are short, or send several when batch_size is smaller than the list)."""

@@ -8,9 +8,10 @@ import random
 import signal
 import socket
 import subprocess
-import tempfile
 import sys
+import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,8 +35,10 @@ MAX_TOKENS_PER_STEP = 2048
 # servers and every test of what the engine computes keep the production configuration.
 SERVER_LAYER_FLAGS = ["--enforce-eager", "--poc-forward", "eager"]
 SHARED_SERVER_FLAGS = [
-    "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
-    "--max-num-batched-tokens", str(MAX_TOKENS_PER_STEP),
+    "--structured-outputs-config",
+    '{"backend": "xgrammar", "disable_any_whitespace": true}',
+    "--max-num-batched-tokens",
+    str(MAX_TOKENS_PER_STEP),
     "--enable-prefix-caching",
 ]
 
@@ -132,7 +135,7 @@ def _descendants(pid: int) -> list[int]:
 
 def start_server(
     log_path: Path,
-    extra_args: list[str] = (),
+    extra_args: Sequence[str] = (),
     port: int | None = None,
     env: dict[str, str] | None = None,
     credentials: grpc.ChannelCredentials | None = None,
@@ -145,14 +148,14 @@ def start_server(
     `cwd`: the checkout whose server runs (a benchmark's baseline checks out another commit).
     `timeout`: seconds it may take to serve; None, startup_timeout()."""
     port = port or free_port()
-    log = open(log_path, "w")
-    process = subprocess.Popen(
-        [python, "-m", "server", "--port", str(port), *extra_args],
-        cwd=cwd,
-        env=env or engine_environment(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    with open(log_path, "w") as log:  # the server writes to its own copy of the file
+        process = subprocess.Popen(
+            [python, "-m", "server", "--port", str(port), *extra_args],
+            cwd=cwd,
+            env=env or engine_environment(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     server = ServerProcess(process, port, log_path)
     try:
         wait_until_serving(server, timeout, credentials=credentials)
@@ -185,7 +188,9 @@ def wait_until_serving(
         health = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if server.process.poll() is not None:
-                raise RuntimeError(f"server exited with {server.process.returncode} during startup:\n{server.log_tail()}")
+                raise RuntimeError(
+                    f"server exited with {server.process.returncode} during startup:\n{server.log_tail()}"
+                )
             try:
                 status = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0).status
                 if status == health_pb2.HealthCheckResponse.SERVING:

@@ -42,8 +42,14 @@ def test_accelerators_are_sliced_contiguously_from_those_visible() -> None:
 def test_a_cpu_is_split_into_each_instances_own_cores() -> None:
     assert environments(cpu_slices(2, 1, "auto", [0, 1])) == [{CPU_BIND_VARIABLE: "0"}, {CPU_BIND_VARIABLE: "1"}]
     # Equal contiguous parts, one list per tensor-parallel rank; a core left over stays unused.
-    assert environments(cpu_slices(2, 2, "auto", list(range(9)))) == [{CPU_BIND_VARIABLE: "0-1|2-3"}, {CPU_BIND_VARIABLE: "4-5|6-7"}]
-    assert environments(cpu_slices(2, 1, "auto", [0, 2, 4, 6])) == [{CPU_BIND_VARIABLE: "0,2"}, {CPU_BIND_VARIABLE: "4,6"}]
+    assert environments(cpu_slices(2, 2, "auto", list(range(9)))) == [
+        {CPU_BIND_VARIABLE: "0-1|2-3"},
+        {CPU_BIND_VARIABLE: "4-5|6-7"},
+    ]
+    assert environments(cpu_slices(2, 1, "auto", [0, 2, 4, 6])) == [
+        {CPU_BIND_VARIABLE: "0,2"},
+        {CPU_BIND_VARIABLE: "4,6"},
+    ]
     with pytest.raises(InstancesUnsupported, match="needs 4 cores; this server may run on 2"):
         cpu_slices(2, 2, "auto", [0, 1])
 

@@ -25,7 +25,7 @@ def start_engine_metrics() -> tuple[Gauge, Counter]:
 def test_every_engines_metrics_stay_readable_after_the_next_engine_starts() -> None:
     first_running, first_tokens = start_engine_metrics()
     first = claim_engine_metrics()
-    second_running, second_tokens = start_engine_metrics()
+    second_running, _second_tokens = start_engine_metrics()
     second = claim_engine_metrics()
     try:
         first_running.labels("0").set(3)

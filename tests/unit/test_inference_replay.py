@@ -25,7 +25,9 @@ def finish(reason: FinishReason) -> Finish:
         (FinishReason.LENGTH, 20, 20, None),  # the whole record
     ],
 )
-def test_a_replay_that_reached_the_records_own_end_is_judged(reason: FinishReason, replayed: int, recorded: int, stated_max_tokens) -> None:
+def test_a_replay_that_reached_the_records_own_end_is_judged(
+    reason: FinishReason, replayed: int, recorded: int, stated_max_tokens
+) -> None:
     assert replay_end_error(finish(reason), replayed, recorded, stated_max_tokens, Admission()) is None
 
 
@@ -37,12 +39,20 @@ def test_a_replay_cut_short_on_this_node_is_an_item_error() -> None:
     context = replay_end_error(finish(FinishReason.LENGTH), 9, 20, None, admission)
     for error in (aborted, failed, unfinished):
         assert (error.code, error.reason_name) == (grpc.StatusCode.UNAVAILABLE, "REPLAY_INCOMPLETE")
-    assert (context.code, context.reason_name, context.field) == (grpc.StatusCode.INVALID_ARGUMENT, "CONTEXT_LENGTH_EXCEEDED", "positions.token_ids")
+    assert (context.code, context.reason_name, context.field) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "CONTEXT_LENGTH_EXCEEDED",
+        "positions.token_ids",
+    )
     admission.gate.close("round-1")
     assert replay_end_error(finish(FinishReason.ABORT), 5, 20, None, admission).reason_name == "POC_PREEMPTED"
     admission.close()
     stopping = replay_end_error(finish(FinishReason.ABORT), 5, 20, None, admission)
-    assert (stopping.code, stopping.reason_name, stopping.retry_after_seconds is not None) == (grpc.StatusCode.UNAVAILABLE, "SHUTTING_DOWN", True)
+    assert (stopping.code, stopping.reason_name, stopping.retry_after_seconds is not None) == (
+        grpc.StatusCode.UNAVAILABLE,
+        "SHUTTING_DOWN",
+        True,
+    )
 
 
 def test_both_modes_ride_in_one_list_and_split_back() -> None:

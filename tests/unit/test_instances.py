@@ -29,11 +29,13 @@ class StandInEngine:
     def stick(self) -> None:
         """A call into it that never returns (stuck once it is older than stuck_after_seconds)."""
         self.hang = asyncio.get_running_loop().create_future()
-        asyncio.ensure_future(self.calls.call("a hanging call", self.hang))
+        self.hanging_call = asyncio.ensure_future(self.calls.call("a hanging call", self.hang))
 
 
 def pool(count: int, min_instances: int = 1) -> EngineInstances:
-    return EngineInstances([EngineInstance(index, StandInEngine(), runner=None, alone=count == 1) for index in range(count)], min_instances)
+    return EngineInstances(
+        [EngineInstance(index, StandInEngine(), runner=None, alone=count == 1) for index in range(count)], min_instances
+    )
 
 
 def test_inference_goes_to_the_least_loaded_instance_ties_to_the_lowest_index() -> None:
@@ -53,7 +55,11 @@ def test_dead_and_stuck_instances_get_no_new_work_while_another_serves() -> None
         instances[0].engine.errored = True
         instances[1].engine.stick()
         await asyncio.sleep(0.1)
-        assert [instance.state for instance in instances] == [InstanceState.DEAD, InstanceState.STUCK, InstanceState.SERVING]
+        assert [instance.state for instance in instances] == [
+            InstanceState.DEAD,
+            InstanceState.STUCK,
+            InstanceState.SERVING,
+        ]
         with instances.pick() as first, instances.pick() as second:
             assert first.index == second.index == 2
         assert [instance.index for instance in instances.available()] == [2]
@@ -61,9 +67,8 @@ def test_dead_and_stuck_instances_get_no_new_work_while_another_serves() -> None
         instances[2].engine.errored = True
         assert [instance.index for instance in instances.available()] == [1]
         instances[1].engine.errored = True
-        with pytest.raises(EngineDead):
-            with instances.pick():
-                pass
+        with pytest.raises(EngineDead), instances.pick():
+            pass
 
     asyncio.run(scenario())
 
@@ -101,7 +106,9 @@ def test_a_servers_one_engine_dying_takes_it_down_as_before_instances() -> None:
     instances[0].engine.errored = True
     assert instances.below_minimum() == "the engine died"
     assert instances[0].died_message() == "the engine has died; the server is going down"
-    assert pool(2)[1].died_message().startswith("the engine of instance 1 has died; the server's other instances serve on")
+    assert (
+        pool(2)[1].died_message().startswith("the engine of instance 1 has died; the server's other instances serve on")
+    )
 
 
 def test_the_stuck_state_follows_the_engines_calls() -> None:
@@ -139,7 +146,9 @@ class PausableEngine(StandInEngine):
 def test_a_drain_or_a_rounds_start_pauses_every_living_instance_and_counts_their_streams() -> None:
     engines = [PausableEngine(2), PausableEngine(3), PausableEngine(4)]
     engines[2].errored = True  # a dead engine has nothing to abort
-    instances = EngineInstances([EngineInstance(index, engine, runner=None, alone=False) for index, engine in enumerate(engines)])
+    instances = EngineInstances(
+        [EngineInstance(index, engine, runner=None, alone=False) for index, engine in enumerate(engines)]
+    )
     assert asyncio.run(instances.pause()) == 5
     assert [engine.paused for engine in engines] == [True, True, False]
     instances.resume()

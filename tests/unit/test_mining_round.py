@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.errors import EngineDead
 from engine_ext.poc.batch import BATCH_NON_FINITE, BATCH_OK, BATCH_WITHDRAWN, PocBatch, PocBatchResult
+from gonka.mlnode.v1 import poc_pb2
 from server.errors import ServiceError
 from server.instances import EngineInstance, EngineInstances
 from server.poc.artifact_hub import ArtifactHub, EndEvent, EndReason, RoundNotFound
@@ -22,13 +23,19 @@ from server.poc.batch_runner import PocBatchRunner
 from server.poc.mining_round import MAX_CONSECUTIVE_REJECTIONS, RoundState
 from server.poc.priority_gate import PriorityGate
 from server.poc.round_control import RoundControl
-from gonka.mlnode.v1 import poc_pb2
 from server.poc.round_params import ArtifactParams, PocLimits, RoundParameters, round_parameters
 
 K = 2
 PARAMS = RoundParameters(
     artifacts=ArtifactParams("bh", "pk", seq_len=16, k_dim=K, stronger_rng=False),
-    block_height=1, node_id=0, node_count=1, group_id=0, group_count=1, batch_size=4, callback_url="", model="m",
+    block_height=1,
+    node_id=0,
+    node_count=1,
+    group_id=0,
+    group_count=1,
+    batch_size=4,
+    callback_url="",
+    model="m",
 )
 INFERENCE = "gonka.mlnode.v1.InferenceService"
 POC = "gonka.mlnode.v1.PocService"
@@ -53,8 +60,13 @@ class StandInEngine:
             return PocBatchResult(BATCH_WITHDRAWN)
         if self.non_finite_from is not None and len(self.batches) > self.non_finite_from:
             return PocBatchResult(BATCH_NON_FINITE, detail="nan in the last hidden state")
-        return PocBatchResult(BATCH_OK, vectors=bytes(2 * K * len(batch.nonces)), forward_seconds=0.005,
-                              input_wait_seconds=0.001, head_seconds=0.002)
+        return PocBatchResult(
+            BATCH_OK,
+            vectors=bytes(2 * K * len(batch.nonces)),
+            forward_seconds=0.005,
+            input_wait_seconds=0.001,
+            head_seconds=0.002,
+        )
 
     async def pause(self) -> int:
         self.paused = True
@@ -73,10 +85,17 @@ class Health:
 
 
 def instances_of(*engines: StandInEngine) -> EngineInstances:
-    return EngineInstances([EngineInstance(index, engine, PocBatchRunner(engine), alone=len(engines) == 1) for index, engine in enumerate(engines)])
+    return EngineInstances(
+        [
+            EngineInstance(index, engine, PocBatchRunner(engine), alone=len(engines) == 1)
+            for index, engine in enumerate(engines)
+        ]
+    )
 
 
-def control_of(engine: StandInEngine | EngineInstances, hub: ArtifactHub, gate: PriorityGate, health: Health) -> RoundControl:
+def control_of(
+    engine: StandInEngine | EngineInstances, hub: ArtifactHub, gate: PriorityGate, health: Health
+) -> RoundControl:
     instances = engine if isinstance(engine, EngineInstances) else instances_of(engine)
     return RoundControl(instances, gate, hub, health, (INFERENCE,), POC, lambda _id, _p: None, lambda: True)
 
@@ -315,7 +334,8 @@ def test_several_instances_mine_one_nonce_group_each_as_the_deployed_node_number
     assert [batch.sequence for batch in batches] == list(range(1, len(batches) + 1))
     status = mining.status()
     assert [(group.group_id, group.instance, group.state) for group in status.groups] == [
-        (0, 0, RoundState.STOPPED.value), (1, 2, RoundState.STOPPED.value)
+        (0, 0, RoundState.STOPPED.value),
+        (1, 2, RoundState.STOPPED.value),
     ]
     assert sum(group.nonces_produced for group in status.groups) == status.nonces_produced
 
@@ -325,7 +345,9 @@ def test_a_group_whose_engine_dies_ends_alone_and_the_round_fails_once_every_gro
         hub, gate, health = ArtifactHub(100_000, 60), PriorityGate(), Health()
         control = control_of(instances_of(*engines), hub, gate, health)
         mining = await control.start(PARAMS)
-        while not mining.ended and (mining.groups[0].state is RoundState.GENERATING or mining.groups[1].nonces_produced < 100):
+        while not mining.ended and (
+            mining.groups[0].state is RoundState.GENERATING or mining.groups[1].nonces_produced < 100
+        ):
             await asyncio.sleep(0.005)
         state_while_one_mines = mining.state
         await control.stop(None)
@@ -348,12 +370,16 @@ def test_a_group_whose_engine_dies_ends_alone_and_the_round_fails_once_every_gro
 def test_a_request_naming_groups_is_refused_when_the_server_numbers_them() -> None:
     limits = PocLimits("m", max_model_len=64, hidden_size=16, max_num_batched_tokens=4096, max_num_seqs=64)
     two = dataclasses.replace(limits, instances=2)
-    request = poc_pb2.StartRoundRequest(block_hash="bh", public_key="pk", params=poc_pb2.PocParams(model="m", seq_len=16), group_count=2)
+    request = poc_pb2.StartRoundRequest(
+        block_hash="bh", public_key="pk", params=poc_pb2.PocParams(model="m", seq_len=16), group_count=2
+    )
     assert round_parameters(request, limits).group_count == 2  # one instance: the request's groups, as before
     with pytest.raises(ServiceError) as refused:
         round_parameters(request, two)
     assert (refused.value.code, refused.value.field) == (grpc.StatusCode.INVALID_ARGUMENT, "group_count")
-    request = poc_pb2.StartRoundRequest(block_hash="bh", public_key="pk", params=poc_pb2.PocParams(model="m", seq_len=16), group_id=1, group_count=2)
+    request = poc_pb2.StartRoundRequest(
+        block_hash="bh", public_key="pk", params=poc_pb2.PocParams(model="m", seq_len=16), group_id=1, group_count=2
+    )
     with pytest.raises(ServiceError) as refused:
         round_parameters(request, two)
     assert refused.value.field == "group_id"

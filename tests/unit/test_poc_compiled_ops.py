@@ -30,7 +30,11 @@ def traced_calls(norm: RMSNorm, context: contextlib.AbstractContextManager[None]
         return graph_module
 
     torch._dynamo.reset()
-    compiled = torch.compile(lambda x: norm(x), backend=recording_backend)
+
+    def forward(x: torch.Tensor) -> torch.Tensor:  # a function calling the module, as a model's forward does
+        return norm(x)
+
+    compiled = torch.compile(forward, backend=recording_backend)
     with context, torch.inference_mode():
         compiled(torch.randn(4, HIDDEN))
     return seen

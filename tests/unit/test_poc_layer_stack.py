@@ -48,7 +48,11 @@ def body_dump(source: str) -> list[str]:
 def test_each_listed_layer_has_the_body_written_out(name: str) -> None:
     (forward,) = ast.parse(textwrap.dedent(inspect.getsource(layer_class(name).forward))).body
     assert isinstance(forward, ast.FunctionDef)
-    body = [statement for statement in forward.body if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))]
+    body = [
+        statement
+        for statement in forward.body
+        if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))
+    ]
     assert [ast.dump(statement) for statement in body] == body_dump(EXPECTED_BODY)
 
 
@@ -59,7 +63,9 @@ class Norm(torch.nn.Module):
         super().__init__()
         self.scale = scale
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         if residual is None:
             return x * self.scale
         total = x + residual
@@ -76,7 +82,11 @@ class PrefixAttention(torch.nn.Module):
 def stand_in_layer(name: str) -> torch.nn.Module:
     """A layer whose class has the listed name and vLLM's own forward, on stand-in submodules."""
     cls = layer_class(name)
-    stand_in_class = type(cls.__name__, (torch.nn.Module,), {"forward": cls.forward, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    stand_in_class = type(
+        cls.__name__,
+        (torch.nn.Module,),
+        {"forward": cls.forward, "__module__": cls.__module__, "__qualname__": cls.__qualname__},
+    )
     layer = stand_in_class()
     layer.input_layernorm, layer.post_attention_layernorm = Norm(0.5), Norm(3.0)
     layer.self_attn = PrefixAttention()
@@ -106,7 +116,9 @@ def test_the_split_leaves_an_unlisted_layer_whole() -> None:
     calls: list[int] = []
 
     class OtherLayer(torch.nn.Module):
-        def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        def forward(
+            self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None
+        ) -> tuple[torch.Tensor, torch.Tensor]:
             calls.append(hidden_states.shape[0])
             return torch.cumsum(hidden_states, dim=0), hidden_states if residual is None else residual
 
@@ -126,5 +138,8 @@ def test_last_token_rows() -> None:
 
 
 def test_only_the_symbolic_shape_guards_are_kept() -> None:
-    guards = [SimpleNamespace(guard_type=kind) for kind in ("SHAPE_ENV", "TENSOR_MATCH", "ID_MATCH", "SHAPE_ENV", "TYPE_MATCH")]
+    guards = [
+        SimpleNamespace(guard_type=kind)
+        for kind in ("SHAPE_ENV", "TENSOR_MATCH", "ID_MATCH", "SHAPE_ENV", "TYPE_MATCH")
+    ]
     assert symbolic_shape_guards(guards) == [True, False, False, True, False]

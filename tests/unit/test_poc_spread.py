@@ -42,7 +42,11 @@ def instances(*engines: TimedEngine) -> list[EngineInstance]:
 
 def answers(pool: list[EngineInstance], batches: list[list[int]]) -> list[tuple[int, list[int]]]:
     async def read():
-        return [(instance.index, nonces) async for instance, pieces in spread_batches(pool, PARAMS, batches, KvBlockNotes()) for nonces, _ in pieces]
+        return [
+            (instance.index, nonces)
+            async for instance, pieces in spread_batches(pool, PARAMS, batches, KvBlockNotes())
+            for nonces, _ in pieces
+        ]
 
     return asyncio.run(read())
 
@@ -72,4 +76,8 @@ def test_the_call_fails_with_the_death_once_no_instance_is_left() -> None:
 
 def test_one_instance_runs_the_batches_one_after_the_other() -> None:
     engine = TimedEngine(0.001)
-    assert [nonces for _, nonces in answers(instances(engine), BATCHES)] == BATCHES == [list(batch) for batch in engine.batches]
+    assert (
+        [nonces for _, nonces in answers(instances(engine), BATCHES)]
+        == BATCHES
+        == [list(batch) for batch in engine.batches]
+    )

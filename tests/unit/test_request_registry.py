@@ -16,9 +16,8 @@ def test_an_id_is_unique_while_active_and_free_afterwards() -> None:
         registry = RequestRegistry()
         with registry.track("a") as entry:
             assert registry.get("a") is entry and len(registry) == 1
-            with pytest.raises(ServiceError) as caught:
-                with registry.track("a"):
-                    pass
+            with pytest.raises(ServiceError) as caught, registry.track("a"):
+                pass
             assert caught.value.code == grpc.StatusCode.ALREADY_EXISTS
         assert registry.get("a") is None and len(registry) == 0
         with registry.track("a"):

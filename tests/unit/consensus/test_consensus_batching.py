@@ -9,10 +9,10 @@ import pytest
 import torch
 
 import engine_ext.consensus as C
-from tests.support.spec_reference import spec_inputs, spec_normal
 from engine_ext.consensus import cuda_fused
 from engine_ext.consensus.murmur import murmur3_32
 from engine_ext.consensus.reductions import pairwise_norm, pairwise_sum
+from tests.support.spec_reference import spec_inputs, spec_normal
 
 BH, PK = "00000a1b2c3d", "02f3c9e8a7b6"
 NONCES = [0, 1, 7, 123456789, -5, 2**31 - 1]
@@ -100,7 +100,9 @@ def test_fused_tile_plumbing_with_an_emulated_kernel(monkeypatch: pytest.MonkeyP
     for stronger in (False, True):
         for tile in (16, 90, None):
             fused = torch.empty((4, 5, 9), dtype=torch.bfloat16)
-            C.generate_inputs(fused, BH, PK, NONCES[:4], stronger_rng=stronger, tile_elements=tile, backend="cuda_fused")
+            C.generate_inputs(
+                fused, BH, PK, NONCES[:4], stronger_rng=stronger, tile_elements=tile, backend="cuda_fused"
+            )
             plain = torch.empty_like(fused)
             C.generate_inputs(plain, BH, PK, NONCES[:4], stronger_rng=stronger, backend="torch")
             assert torch.equal(fused, plain), (stronger, tile)

@@ -45,7 +45,11 @@ def test_codec_rejects_wrong_lengths(values: list[np.float16], extra: int) -> No
 
 
 @FAST
-@given(st.lists(finite_f16, min_size=1, max_size=16), st.integers(min_value=0, max_value=15), st.sampled_from([np.inf, -np.inf, np.nan]))
+@given(
+    st.lists(finite_f16, min_size=1, max_size=16),
+    st.integers(min_value=0, max_value=15),
+    st.sampled_from([np.inf, -np.inf, np.nan]),
+)
 def test_non_finite_claims_are_mismatches(values: list[np.float16], pos: int, bad: float) -> None:
     vec = np.array(values, dtype=np.float16)
     claimed = vec.copy()
@@ -79,7 +83,12 @@ def test_invalid_base64_is_a_mismatch_not_a_crash() -> None:
 
 assignments = st.integers(min_value=1, max_value=6).flatmap(
     lambda nodes: st.integers(min_value=1, max_value=4).flatmap(
-        lambda groups: st.tuples(st.just(nodes), st.just(groups), st.integers(min_value=1, max_value=9), st.integers(min_value=1, max_value=5))
+        lambda groups: st.tuples(
+            st.just(nodes),
+            st.just(groups),
+            st.integers(min_value=1, max_value=9),
+            st.integers(min_value=1, max_value=5),
+        )
     )
 )
 
@@ -158,8 +167,15 @@ def test_distance_normalizes_by_at_least_100_positions() -> None:
 
 
 @FAST
-@given(st.integers(min_value=0, max_value=99), logprob, st.lists(st.tuples(token_ids, logprob), min_size=6, max_size=8, unique_by=lambda e: e[0]), st.integers(min_value=1, max_value=5))
-def test_topk_list_is_sampled_first_then_model_ranks(sampled: int, lp: float, model: list[tuple[int, float]], k: int) -> None:
+@given(
+    st.integers(min_value=0, max_value=99),
+    logprob,
+    st.lists(st.tuples(token_ids, logprob), min_size=6, max_size=8, unique_by=lambda e: e[0]),
+    st.integers(min_value=1, max_value=5),
+)
+def test_topk_list_is_sampled_first_then_model_ranks(
+    sampled: int, lp: float, model: list[tuple[int, float]], k: int
+) -> None:
     entries = C.build_topk_list(sampled, lp, model, k)
     assert len(entries) == k and len({t for t, _ in entries}) == k
     assert entries[0] == (sampled, lp)
@@ -204,12 +220,20 @@ def test_the_mode_priority_is_item_then_request_then_replay_then_padding_then_de
     padded = [{900: -0.1, 0: -9999.0, 1: -9999.0, 2: -9999.0, 3: -9999.0}] * 3
     clearly_raw = {RAW: 0.0, PROCESSED: 0.2}
     resolve = C.resolve_logprobs_mode
-    assert resolve(PROCESSED, padded, request_mode=RAW, replay_distances=clearly_raw) == C.ModeResolution(PROCESSED, C.ModeSource.ITEM)
+    assert resolve(PROCESSED, padded, request_mode=RAW, replay_distances=clearly_raw) == C.ModeResolution(
+        PROCESSED, C.ModeSource.ITEM
+    )
     assert resolve(None, padded, request_mode=RAW) == C.ModeResolution(RAW, C.ModeSource.REQUEST)
     assert resolve(None, padded, replay_distances=clearly_raw) == C.ModeResolution(RAW, C.ModeSource.REPLAY)
-    assert resolve(None, padded, replay_distances={RAW: 0.1, PROCESSED: 0.1}) == C.ModeResolution(PROCESSED, C.ModeSource.PADDING)
-    assert resolve(None, padded, replay_distances={RAW: 0.06, PROCESSED: 0.08}) == C.ModeResolution(PROCESSED, C.ModeSource.STRICTER)
-    assert resolve(None, [], RAW, replay_distances={RAW: 0.0, PROCESSED: 0.0}) == C.ModeResolution(RAW, C.ModeSource.DEFAULT)
+    assert resolve(None, padded, replay_distances={RAW: 0.1, PROCESSED: 0.1}) == C.ModeResolution(
+        PROCESSED, C.ModeSource.PADDING
+    )
+    assert resolve(None, padded, replay_distances={RAW: 0.06, PROCESSED: 0.08}) == C.ModeResolution(
+        PROCESSED, C.ModeSource.STRICTER
+    )
+    assert resolve(None, [], RAW, replay_distances={RAW: 0.0, PROCESSED: 0.0}) == C.ModeResolution(
+        RAW, C.ModeSource.DEFAULT
+    )
     assert C.stated_logprobs_mode(None, None) is None
     assert resolve(None, padded, replay_distances=clearly_raw).detected and not resolve(RAW, padded).detected
 
@@ -231,7 +255,9 @@ REPLAY, STRICTER = C.ModeSource.REPLAY, C.ModeSource.STRICTER
         (math.nan, 0.0, None),
     ],
 )
-def test_the_replay_names_the_mode_a_record_matches_clearly_better_else_the_stricter(raw: float, processed: float, expected) -> None:
+def test_the_replay_names_the_mode_a_record_matches_clearly_better_else_the_stricter(
+    raw: float, processed: float, expected
+) -> None:
     resolution = C.replay_logprobs_mode({RAW: raw, PROCESSED: processed})
     assert (None if resolution is None else (resolution.mode, resolution.source)) == expected
 

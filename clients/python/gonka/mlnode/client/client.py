@@ -62,7 +62,7 @@ class AsyncInferenceClient:
         # PocService and ValidatePocArtifacts on this channel, with this token.
         self.poc = AsyncPocClient(self._channel, self._metadata)
 
-    async def __aenter__(self) -> "AsyncInferenceClient":
+    async def __aenter__(self) -> AsyncInferenceClient:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -75,7 +75,9 @@ class AsyncInferenceClient:
         self, request: pb.GenerateRequest | None = None, *, timeout: float | None = None, **kwargs: Any
     ) -> AsyncIterator[pb.GenerateResponse]:
         """Yields the server's messages as they arrive. Leaving the loop early cancels the call."""
-        async for response in streamed_async(self._stub.Generate, _as_request(request, kwargs), self._metadata, timeout):
+        async for response in streamed_async(
+            self._stub.Generate, _as_request(request, kwargs), self._metadata, timeout
+        ):
             yield response
 
     async def generate(
@@ -128,7 +130,7 @@ class InferenceClient:
         # PocService and ValidatePocArtifacts on this channel, with this token.
         self.poc = PocClient(self._channel, self._metadata)
 
-    def __enter__(self) -> "InferenceClient":
+    def __enter__(self) -> InferenceClient:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -151,7 +153,9 @@ class InferenceClient:
             generation.add(response)
         return generation
 
-    def validate_inference(self, items: list[vpb.InferenceItem], *, timeout: float | None = None) -> list[vpb.ValidateInferenceResponse]:
+    def validate_inference(
+        self, items: list[vpb.InferenceItem], *, timeout: float | None = None
+    ) -> list[vpb.ValidateInferenceResponse]:
         """The server's verdicts, one per item, in the order they completed."""
         return list(self.stream_validate_inference(items, timeout=timeout))
 

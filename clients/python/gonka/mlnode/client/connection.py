@@ -43,7 +43,7 @@ class TlsConfig:
     @classmethod
     def from_files(
         cls, ca: str | None = None, cert: str | None = None, key: str | None = None, server_name: str | None = None
-    ) -> "TlsConfig":
+    ) -> TlsConfig:
         return cls(_read(ca), _read(cert), _read(key), server_name)
 
     def channel_credentials(self) -> grpc.ChannelCredentials:

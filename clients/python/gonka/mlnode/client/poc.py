@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterable, Iterator
 from contextlib import aclosing, closing
 from typing import Any
 
@@ -30,8 +30,7 @@ from gonka.mlnode.client.connection import Metadata
 from gonka.mlnode.client.errors import ServerError
 from gonka.mlnode.client.poc_requests import Claim, compute_artifacts_request, start_round_request, validate_poc_request
 from gonka.mlnode.client.subscription import RetryHook, SubscriptionCursor, ended_without_end
-from gonka.mlnode.v1 import poc_pb2
-from gonka.mlnode.v1 import poc_pb2_grpc
+from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from gonka.mlnode.v1 import validation_pb2_grpc as vpb_grpc
 
@@ -55,7 +54,9 @@ class PocClient:
 
     def stop_round(self, round_id: str | None = None, *, timeout: float | None = None) -> poc_pb2.RoundStatus:
         """Stops the running round (or the one named); returns once inference is open again."""
-        return unary(self._poc.StopRound, poc_pb2.StopRoundRequest(round_id=round_id or ""), self._metadata, timeout).status
+        return unary(
+            self._poc.StopRound, poc_pb2.StopRoundRequest(round_id=round_id or ""), self._metadata, timeout
+        ).status
 
     def round_status(self, round_id: str | None = None, *, timeout: float | None = None) -> poc_pb2.RoundStatus:
         """The running round's status, or the named one's, or else the most recent one's."""
@@ -64,7 +65,7 @@ class PocClient:
 
     def subscribe_artifacts(
         self, round_id: str | None = None, after_sequence: int = 0, *, timeout: float | None = None
-    ) -> Iterator[poc_pb2.SubscribeArtifactsResponse]:
+    ) -> Generator[poc_pb2.SubscribeArtifactsResponse, None, None]:
         """One subscription: batches after `after_sequence`, ArtifactsLost where the buffer no longer
         holds what was asked for, and a final SubscriptionEnd. A dropped connection raises."""
         request = poc_pb2.SubscribeArtifactsRequest(round_id=round_id or "", after_sequence=after_sequence)
@@ -111,8 +112,14 @@ class PocClient:
     ) -> Iterator[poc_pb2.ArtifactBatch]:
         """The artifacts of `nonces` (any order, duplicates allowed), batch by batch."""
         request = compute_artifacts_request(
-            block_hash=block_hash, public_key=public_key, model=model, seq_len=seq_len, nonces=nonces,
-            k_dim=k_dim, batch_size=batch_size, stronger_rng=stronger_rng,
+            block_hash=block_hash,
+            public_key=public_key,
+            model=model,
+            seq_len=seq_len,
+            nonces=nonces,
+            k_dim=k_dim,
+            batch_size=batch_size,
+            stronger_rng=stronger_rng,
         )
         for response in streamed(self._poc.ComputeArtifacts, request, self._metadata, timeout):
             yield response.batch
@@ -147,7 +154,7 @@ class AsyncPocClient:
 
     async def subscribe_artifacts(
         self, round_id: str | None = None, after_sequence: int = 0, *, timeout: float | None = None
-    ) -> AsyncIterator[poc_pb2.SubscribeArtifactsResponse]:
+    ) -> AsyncGenerator[poc_pb2.SubscribeArtifactsResponse, None]:
         request = poc_pb2.SubscribeArtifactsRequest(round_id=round_id or "", after_sequence=after_sequence)
         async for response in streamed_async(self._poc.SubscribeArtifacts, request, self._metadata, timeout):
             yield response
@@ -190,8 +197,14 @@ class AsyncPocClient:
         timeout: float | None = None,
     ) -> AsyncIterator[poc_pb2.ArtifactBatch]:
         request = compute_artifacts_request(
-            block_hash=block_hash, public_key=public_key, model=model, seq_len=seq_len, nonces=nonces,
-            k_dim=k_dim, batch_size=batch_size, stronger_rng=stronger_rng,
+            block_hash=block_hash,
+            public_key=public_key,
+            model=model,
+            seq_len=seq_len,
+            nonces=nonces,
+            k_dim=k_dim,
+            batch_size=batch_size,
+            stronger_rng=stronger_rng,
         )
         async for response in streamed_async(self._poc.ComputeArtifacts, request, self._metadata, timeout):
             yield response.batch

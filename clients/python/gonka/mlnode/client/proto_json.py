@@ -30,7 +30,8 @@ def message_to_dict(message: Message, print_defaults: bool = False) -> dict[str,
     as_dict = json_format.MessageToDict(
         message, preserving_proto_field_name=True, always_print_fields_with_no_presence=print_defaults
     )
-    _unquote_int64(as_dict, message.DESCRIPTOR)
+    # types-protobuf types a message's DESCRIPTOR as the pure-Python Descriptor or upb's; both have this API.
+    _unquote_int64(as_dict, message.DESCRIPTOR)  # type: ignore[arg-type]
     return as_dict
 
 
@@ -52,8 +53,14 @@ def _unquote_int64(as_dict: dict[str, Any], descriptor: Descriptor) -> None:
 def _unquoted_value(value: Any, field: FieldDescriptor) -> Any:
     if field.type in _INT64_TYPES and isinstance(value, str):
         return int(value)
-    if field.type == FieldDescriptor.TYPE_MESSAGE and isinstance(value, dict) and not _is_well_known(field.message_type):
-        _unquote_int64(value, field.message_type)
+    message_type = field.message_type  # set on every message field
+    if (
+        field.type == FieldDescriptor.TYPE_MESSAGE
+        and message_type is not None
+        and isinstance(value, dict)
+        and not _is_well_known(message_type)
+    ):
+        _unquote_int64(value, message_type)
     return value
 
 

@@ -69,6 +69,7 @@ def build_request(
     elif token_ids is not None:
         request.token_ids.ids.extend(token_ids)
     else:
+        assert messages is not None  # exactly one of the three (checked above)
         chat = request.chat
         for role, content in messages:
             if role not in ROLES:
@@ -103,7 +104,7 @@ def build_request(
         raise ValueError(f"give at most one structured-output constraint, got {', '.join(chosen)}")
     for name, value in chosen.items():
         if name == "choice":
-            request.structured_output.choice.choices.extend(value)
+            request.structured_output.choice.choices.extend(choice or ())
         else:
             setattr(request.structured_output, name, value)
     return request

@@ -37,7 +37,11 @@ def _mode_source(verdict: vpb.InferenceVerdict) -> str:
 
 
 def _where(verdict: vpb.InferenceVerdict) -> str:
-    if verdict.failure not in (vpb.INFERENCE_FAILURE_TOKEN_DIFFERS, vpb.INFERENCE_FAILURE_LENGTH_DIFFERS, vpb.INFERENCE_FAILURE_EMPTY_TOP_K):
+    if verdict.failure not in (
+        vpb.INFERENCE_FAILURE_TOKEN_DIFFERS,
+        vpb.INFERENCE_FAILURE_LENGTH_DIFFERS,
+        vpb.INFERENCE_FAILURE_EMPTY_TOP_K,
+    ):
         return ""
     tokens = [
         f"{side} token {getattr(verdict, field)}"
