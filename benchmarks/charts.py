@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,7 +141,7 @@ def per_minute(value: float) -> str:
 
 
 def draw_poc(shapes: Sequence[PocShape], title: str) -> Figure:
-    figure = new_figure(3.2 + 2.4 * len(shapes), 5.2)
+    figure = new_figure(max(6.4, 2.2 + 2.4 * len(shapes)), 5.2)
     axes = figure.add_subplot()
     width = 0.26
     series: list[tuple[str, str, Callable[[PocShape], float | None], Callable[[PocShape], tuple[float, ...]]]] = [
@@ -176,7 +177,7 @@ def draw_poc(shapes: Sequence[PocShape], title: str) -> Figure:
     axes.set_xlim(-0.6, len(shapes) - 0.4)
     axes.set_ylim(0, highest * 1.3)
     axes.set_ylabel("per minute (medians; dots: cycles)")
-    axes.set_title(title, fontsize=10)
+    axes.set_title("\n".join(textwrap.fill(line, 75) for line in title.splitlines()), fontsize=10)
     figure.legend(loc="outside lower center", fontsize=8)
     axes.grid(axis="y", alpha=0.3)
     return figure
