@@ -22,9 +22,11 @@ Usage, from the repository root:
 
     .venv/bin/python benchmarks/poc_bench.py
     .venv/bin/python benchmarks/poc_bench.py --repeats 1 --seconds 5 --shapes 64x8
-    # a GPU host (docs/gpu.md), the Qwen3-8B shape with random weights, the network's batch:
+    # a GPU host (docs/gpu.md), the Qwen3-8B shape with random weights, the network's batch, against the anchor
+    # (the deployed fork's 2,197 nonces/min there: docs/benchmarks.md); the chart lands beside the JSON:
     python3 benchmarks/poc_bench.py --model .build/models/qwen3-8b-shape --shapes 1024x32 \
-        --server-flags "--load-format dummy --max-model-len 4096 --gpu-memory-utilization 0.85"
+        --server-flags "--load-format dummy --max-model-len 4096 --gpu-memory-utilization 0.85" \
+        --anchor 1024x32=2197 --json poc-qwen3-8b-shape.json
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc
 
+from benchmarks.charts import chart_beside, parse_anchor
 from gonka.mlnode.client import AsyncInferenceClient, ServerError
 from gonka.mlnode.v1 import (
     poc_pb2,
@@ -206,6 +209,7 @@ async def run(args: argparse.Namespace, target: str) -> dict[str, Any]:
     async with AsyncInferenceClient(target) as client, grpc.aio.insecure_channel(target) as channel:
         poc = poc_pb2_grpc.PocServiceStub(channel)
         model = (await client.model_info()).served_model_name
+        results["model"] = model
         shapes = [parse_shape(shape) for shape in args.shapes]
         for seq_len, batch in shapes:  # untimed warm-up of both paths
             await reference_prefill(client, seq_len, batch, 2.0)
@@ -281,7 +285,15 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=15.0, help="each measured run's length")
     parser.add_argument("--gate-repeats", type=int, default=3)
     parser.add_argument("--validate-nonces", type=int, default=200)
-    parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--json", type=Path, help="also write the figures here, and their chart beside them (.png)")
+    parser.add_argument(
+        "--anchor",
+        type=parse_anchor,
+        action="append",
+        default=[],
+        metavar="SHAPE=NONCES_PER_MIN",
+        help="the anchor (the deployed fork's nonces/min) at a shape, recorded for the chart; repeatable",
+    )
     parser.add_argument("--model", help="model directory (default: the embedded model)")
     parser.add_argument("--server-flags", default="", help="more server and vLLM flags, one string")
     parser.add_argument(
@@ -298,9 +310,11 @@ def main() -> None:
             results = asyncio.run(run(args, server.target))
         finally:
             server.stop()
+    results["anchors_nonces_per_min"] = dict(args.anchor)
     report(results)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2))
+        print(chart_beside("poc", args.json))
 
 
 if __name__ == "__main__":

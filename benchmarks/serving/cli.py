@@ -11,9 +11,11 @@ import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from benchmarks.charts import chart_beside
 from benchmarks.serving.engine_flags import engine_flags, reserved_flags_in
 from benchmarks.serving.errors import BenchmarkError
 from benchmarks.serving.goals import all_goal_checks
@@ -69,7 +71,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=4,
         help="one-token rounds after each measured round, adding TTFT samples (default: %(default)s)",
     )
-    parser.add_argument("--json", type=Path, help="also write the full results as JSON here")
+    parser.add_argument(
+        "--json", type=Path, help="also write the full results as JSON here, and their chart beside it (.png)"
+    )
     parser.add_argument(
         "--coalesce-ms",
         type=int,
@@ -104,11 +108,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def json_document(
-    settings: Settings, workload: Workload, outcome: Outcome, machine: dict[str, Any], wall: float
+    settings: Settings, workload: Workload, outcome: Outcome, machine: dict[str, Any], started_utc: str, wall: float
 ) -> dict[str, Any]:
     results = outcome.results
     return {
         "command": shlex.join(sys.orig_argv),
+        "date_utc": started_utc,
         "machine": machine,
         "engine_flags": list(settings.engine_flags),
         "engine_env": dict(ENGINE_ENV),
@@ -130,6 +135,7 @@ def json_document(
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
+    started_utc = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     log_dir = Path(tempfile.mkdtemp(prefix="serving-bench-"))
     model = args.model.resolve()
     workload = Workload(CHAT_MESSAGES, tuple(render_prompt(model, CHAT_MESSAGES)), args.tokens, args.coalesce_ms)
@@ -160,11 +166,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def checkpoint(outcome: Outcome) -> None:
         if args.json:
-            document = json_document(settings, workload, outcome, machine, time.monotonic() - started)
+            document = json_document(settings, workload, outcome, machine, started_utc, time.monotonic() - started)
             args.json.write_text(json.dumps(document, indent=2) + "\n")
             progress(f"results so far written to {args.json}")
 
     outcome = asyncio.run(run(settings, workload, checkpoint))
     if outcome.results:
         print(report(settings, workload, outcome, machine, time.monotonic() - started), flush=True)
+        if args.json:
+            progress(chart_beside("serving", args.json))
     return 1 if outcome.failures else 0
