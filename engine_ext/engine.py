@@ -275,6 +275,13 @@ class MlnodeEngine:
         """The served model's (Hugging Face) tokenizer, as the engine itself uses it."""
         return self._llm.get_tokenizer()
 
+    def tokenizer_is_thread_safe(self) -> bool:
+        """Whether the tokenizer's public methods may be called from several threads at once: vLLM routes those of
+        a fast tokenizer through copies of its own, made as the engine starts (maybe_make_thread_pool)."""
+        from vllm.tokenizers.hf import ThreadSafeHFTokenizerMixin
+
+        return isinstance(self.tokenizer(), ThreadSafeHFTokenizerMixin)
+
     def model_facts(self) -> ModelFacts:
         return read_model_facts(self._llm.vllm_config, self.tokenizer())
 

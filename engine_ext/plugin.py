@@ -35,11 +35,12 @@ def register() -> None:
     from vllm.platforms import current_platform
 
     from engine_ext.engine_core_utilities import add_engine_core_utilities
-    from engine_ext.process_lifetime import end_with_parent
+    from engine_ext.process_lifetime import end_with_parent, exit_without_a_final_collection
     from engine_ext.seams import install_seams
     from engine_ext.vllm_version import require_supported_vllm
 
     end_with_parent()
+    exit_without_a_final_collection()
     require_supported_vllm(vllm.__version__)
     install_seams(is_cpu_platform=current_platform.is_cpu())
     add_engine_core_utilities()

@@ -216,7 +216,7 @@ async def _serve_engines(
         max_chars=options.max_prompt_chars or DEFAULT_PROMPT_CHARS_PER_TOKEN * facts.max_model_len,
         template_variables=client_template_variables(tokenizer),
     )
-    tokenizers = TokenizerPool(tokenizer)
+    tokenizers = TokenizerPool(tokenizer, thread_safe=engine.tokenizer_is_thread_safe())
     registry = RequestRegistry()
     admission = Admission(options.max_concurrent_streams)
     authorizer = Authorizer(credentials.auth_token)

@@ -3,9 +3,14 @@
 Both are CPU work of one request that can take seconds (a long text, a slow template); on the
 event loop they would stall every stream and the health checks. They run here on a few worker
 threads instead: the fast tokenizer's Rust core releases the GIL while it encodes, and Python-level
-template rendering yields it every few milliseconds. Each thread has its own copy of the
-tokenizer, since a Hugging Face fast tokenizer is not safe to share between threads; the copies are
-made before serving, since a copy holds the GIL for most of a second (several on a busy machine).
+template rendering yields it every few milliseconds.
+
+A Hugging Face fast tokenizer's Python methods are not safe to share between threads (a call may
+change its truncation settings under another). vLLM's own tokenizer is made safe (each public call
+borrows one of vLLM's copies, made as the engine starts): the threads share it, and its Rust core,
+whose encoding calls only read it. Any other tokenizer is copied once per thread, before serving,
+since a copy holds the GIL for most of a second (several on a busy machine). Deep-copying vLLM's
+safe tokenizer instead would copy its copies too: 2.5 s of a server's start each on a busy 2-core host.
 """
 
 from __future__ import annotations
@@ -27,10 +32,11 @@ BOUNDARY_SLACK_TOKENS = 2
 
 
 class TokenizerPool:
-    def __init__(self, tokenizer: Any, workers: int = DEFAULT_WORKERS) -> None:
+    def __init__(self, tokenizer: Any, workers: int = DEFAULT_WORKERS, thread_safe: bool = False) -> None:
+        """`thread_safe`: the tokenizer's public methods may be called from several threads at once (vLLM's)."""
         self._copies: queue.SimpleQueue[Any] = queue.SimpleQueue()
         for _ in range(workers):
-            self._copies.put(copy.deepcopy(tokenizer))
+            self._copies.put(tokenizer if thread_safe else copy.deepcopy(tokenizer))
         self._per_thread = threading.local()
         # The executor starts at most `workers` threads, each taking one copy as it starts.
         self._executor = ThreadPoolExecutor(workers, thread_name_prefix="tokenizer", initializer=self._take_a_copy)

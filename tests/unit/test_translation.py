@@ -249,3 +249,17 @@ def test_the_tokenizer_copies_are_made_before_serving_not_on_the_first_requests(
         tokenizers.close()
     assert made_before_serving == [threading.current_thread().name] * 2
     assert copied_in == made_before_serving  # the worker threads copied nothing
+
+
+def test_a_thread_safe_tokenizer_is_shared_not_copied() -> None:
+    copied_in: list[str] = []
+    tokenizers = TokenizerPool(CopyRecordingTokenizer(copied_in), workers=2, thread_safe=True)
+    try:
+
+        async def two_at_once() -> list[list[int] | int]:
+            return await asyncio.gather(tokenizers.encode("abc", 10), tokenizers.encode("abcd", 10))
+
+        assert asyncio.run(two_at_once()) == [[3], [4]]
+    finally:
+        tokenizers.close()
+    assert copied_in == []
