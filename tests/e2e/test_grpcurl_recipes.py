@@ -166,7 +166,7 @@ def test_health_check_list_and_watch(run) -> None:
     )
     (listed,) = messages(run("health-list"), health_pb2.HealthListResponse)
     assert {name: status.status for name, status in listed.statuses.items()} == dict.fromkeys(
-        ["", *SERVICES], health_pb2.HealthCheckResponse.SERVING
+        ["", *SERVICES, "gonka.mlnode.v1.InferenceService/instance-0"], health_pb2.HealthCheckResponse.SERVING
     )
     # A stream: the status at once, then nothing until a change; -max-time ends it.
     watched = messages(run("health-watch", expect_exit=DEADLINE_EXIT), health_pb2.HealthCheckResponse)

@@ -228,7 +228,7 @@ def test_the_issues_recorded_completion_passes_its_validation(peaked_server: Ser
     def cli(*argv: str) -> list[str]:
         return [sys.executable, "-m", "gonka.mlnode.client", "--target", peaked_server.target, *argv]
 
-    run = dict(capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=dict(os.environ), check=False)
+    run = dict(capture_output=True, text=True, timeout=300, cwd=REPO_ROOT, env=dict(os.environ))
     recorded = subprocess.run(
         cli(
             "complete",

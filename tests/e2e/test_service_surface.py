@@ -107,6 +107,8 @@ def test_health_lists_every_service_it_reports(server) -> None:
         SERVICE: health_pb2.HealthCheckResponse.SERVING,
         "gonka.mlnode.v1.ValidationService": health_pb2.HealthCheckResponse.SERVING,
         "gonka.mlnode.v1.PocService": health_pb2.HealthCheckResponse.SERVING,
+        # The server's one engine instance, under its own name (server.instances.instance_health_name).
+        f"{SERVICE}/instance-0": health_pb2.HealthCheckResponse.SERVING,
     }
 
 
