@@ -19,7 +19,7 @@ Comparisons (--compare):
 
 Usage, from the repository root:
 
-    .venv/bin/python benchmarks/instances_bench.py --server-flags "--enforce-eager" --repeats 3
+    .venv/bin/python benchmarks/instances_bench.py --server-flags="--enforce-eager" --repeats 3
     scripts/baseline-checkout.sh ce81cd8 .build/baseline
     .venv/bin/python benchmarks/instances_bench.py --compare baseline --baseline-src .build/baseline
     # an H200 (docs/gpu.md's offline install), the Qwen3-8B shape with random weights, both servers resident:
