@@ -12,14 +12,7 @@ from gonka.mlnode.client import InferenceClient
 from server.embedded_model import DEFAULT_MODEL_DIR
 from tests.support.go_example import build_go_example
 from tests.support.host_memory import several_servers_at_once
-from tests.support.server_process import (
-    SERVER_LAYER_FLAGS,
-    SHARED_SERVER_FLAGS,
-    ServerProcess,
-    free_port,
-    start_server,
-    state_home_of_test_servers,
-)
+from tests.support.server_process import SHARED_SERVER_FLAGS, ServerProcess, start_server, state_home_of_test_servers
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -50,19 +43,6 @@ def server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterato
     yield process
     exit_code = process.stop()
     assert exit_code == 0, f"server exited with {exit_code} on SIGTERM:\n{process.log_tail()}"
-
-
-@pytest.fixture(scope="session")
-def metrics_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[tuple[ServerProcess, str]]:
-    """A server with its metrics endpoint (test_metrics, test_grafana_dashboard share it: one start fewer), and the
-    endpoint's URL. Its counters carry every test's traffic: tests read differences, never absolute counts."""
-    metrics_port = free_port()
-    server = start_server(
-        tmp_path_factory.mktemp("metrics") / "server.log", ["--metrics-port", str(metrics_port), *SERVER_LAYER_FLAGS]
-    )
-    yield server, f"http://127.0.0.1:{metrics_port}"
-    exit_code = server.stop()
-    assert exit_code == 0, f"server exited with {exit_code} on SIGTERM:\n{server.log_tail()}"
 
 
 @pytest.fixture

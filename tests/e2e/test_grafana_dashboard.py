@@ -14,7 +14,9 @@ import json
 import re
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -24,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gonka.mlnode.client import InferenceClient, ServerError
 from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
-from tests.support.server_process import REPO_ROOT, ServerProcess
+from tests.support.server_process import REPO_ROOT, SERVER_LAYER_FLAGS, ServerProcess, free_port, start_server
 
 DASHBOARD = REPO_ROOT / "docs" / "grafana" / "mlnode-dashboard.json"
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
@@ -140,6 +142,16 @@ def unexported(query: Query, families: dict[str, Metric]) -> list[str]:
 @pytest.fixture(scope="module")
 def dashboard() -> dict[str, Any]:
     return json.loads(DASHBOARD.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def metrics_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[tuple[ServerProcess, str]]:
+    metrics_port = free_port()
+    log_path = tmp_path_factory.mktemp("dashboard") / "server.log"
+    server = start_server(log_path, ["--metrics-port", str(metrics_port), *SERVER_LAYER_FLAGS])
+    yield server, f"http://127.0.0.1:{metrics_port}"
+    exit_code = server.stop()
+    assert exit_code == 0, f"server exited with {exit_code} on SIGTERM:\n{server.log_tail()}"
 
 
 def drive_traffic(target: str) -> None:

@@ -13,6 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import grpc
 import pytest
@@ -21,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gonka.mlnode.client import InferenceClient, ServerError
 from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
 from tests.support.http_receiver import HttpReceiver
-from tests.support.server_process import ServerProcess
+from tests.support.server_process import SERVER_LAYER_FLAGS, ServerProcess, free_port, start_server
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
 MAX_TOKENS = 4
@@ -46,6 +47,17 @@ class Scrape:
 
     def has(self, name: str) -> bool:
         return any(sample.name == name for sample in self.samples)
+
+
+@pytest.fixture(scope="module")
+def metrics_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[tuple[ServerProcess, str]]:
+    metrics_port = free_port()
+    server = start_server(
+        tmp_path_factory.mktemp("metrics") / "server.log", ["--metrics-port", str(metrics_port), *SERVER_LAYER_FLAGS]
+    )
+    yield server, f"http://127.0.0.1:{metrics_port}"
+    exit_code = server.stop()
+    assert exit_code == 0, f"server exited with {exit_code} on SIGTERM:\n{server.log_tail()}"
 
 
 @pytest.fixture(scope="module")
