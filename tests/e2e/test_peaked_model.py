@@ -69,27 +69,10 @@ def run_all(server: ServerProcess, mode: str) -> dict[str, list[Generation]]:
 
 
 def test_processed_lists_are_padded_with_the_lowest_ids_where_top_p_cuts(peaked_server: ServerProcess) -> None:
+    request = dict(token_ids=[1000, 2000, 11], max_tokens=40, ignore_eos=True, temperature=1.0, top_p=0.9, seed=3)
     with InferenceClient(peaked_server.target) as client:
-        processed = client.generate(
-            token_ids=[1000, 2000, 11],
-            max_tokens=40,
-            ignore_eos=True,
-            temperature=1.0,
-            top_p=0.9,
-            seed=3,
-            top_logprobs=5,
-            logprobs_mode="processed",
-        ).first
-        raw = client.generate(
-            token_ids=[1000, 2000, 11],
-            max_tokens=40,
-            ignore_eos=True,
-            temperature=1.0,
-            top_p=0.9,
-            seed=3,
-            top_logprobs=5,
-            logprobs_mode="raw",
-        ).first
+        processed = client.generate(**request, top_logprobs=5, logprobs_mode="processed").first
+        raw = client.generate(**request, top_logprobs=5, logprobs_mode="raw").first
     assert processed.token_ids == raw.token_ids  # the mode changes what is reported, not what is sampled
     padded_positions = 0
     for ids, values in zip(processed.logprobs.top_ids, processed.logprobs.top_logprobs):
