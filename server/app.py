@@ -29,6 +29,7 @@ from server.inference_servicer import InferenceServicer
 from server.metrics.exporter import ServerMetrics
 from server.options import ServerOptions
 from server.poc.gate_interceptor import GateInterceptor
+from server.poc.options import PocOptions
 from server.poc.wiring import PocComponents, poc_limits
 from server.reflection import enable_reflection
 from server.request_registry import RequestRegistry
@@ -119,16 +120,28 @@ async def serve(options: ServerOptions, credentials: ServerCredentials, engine_a
         engine.shutdown()
 
 
-async def _compile_poc_forward(engine: MlnodeEngine) -> None:
+async def _prepare_poc_forward(engine: MlnodeEngine, poc: PocOptions) -> None:
+    """Refuses a model the PoC forward has no decoder for (unless PoC is off), then compiles the forward."""
+    if not poc.enabled:
+        log.info("PoC is off (--poc-forward off): PocService and ValidatePocArtifacts refuse every call")
+        return
+    report = await engine.poc_decoder()
+    if report.unsupported:
+        raise StartupError(report.unsupported)
+    log.info("PoC forward: %s on %s", report.decoder, report.architecture)
     if not engine.poc_compiled:
+        return
+    if not report.compiles:
+        log.info("vLLM runs %s eagerly, and so does the PoC forward (nothing to compile)", report.architecture)
         return
     log.info("compiling the PoC forward (torch.compile; --poc-forward eager skips it)")
     started = time.monotonic()
     try:
-        await engine.compile_poc_forward()
+        result = await engine.compile_poc_forward()
     except Exception as error:  # torch.compile's failures have no common base class
         raise StartupError(f"the PoC forward did not compile ({error}); --poc-forward eager runs it uncompiled") from error
-    log.info("PoC forward compiled in %.1f s", time.monotonic() - started)
+    log.info("PoC forward compiled in %.1f s (%d graphs, %.1f s of it in inductor)", time.monotonic() - started,
+             result.compiled_graphs, result.compile_seconds)
 
 
 async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credentials: ServerCredentials, trigger: ShutdownTrigger) -> int:
@@ -136,7 +149,7 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credential
         await engine.require_extension()
     except ExtensionMissing as error:
         raise StartupError(str(error)) from error
-    await _compile_poc_forward(engine)
+    await _prepare_poc_forward(engine, options.poc)
     facts = engine.model_facts()
     tokenizer = engine.tokenizer()
     limits = PromptLimits(
@@ -150,7 +163,7 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credential
     health = HealthService()
     poc = PocComponents(
         engine,
-        poc_limits(facts),
+        poc_limits(facts, options.poc.enabled),
         admission,
         health,
         GATED_SERVICES,

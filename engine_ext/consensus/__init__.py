@@ -17,14 +17,15 @@ from .artifact import (
 from .fraud_test import FraudTestResult, fraud_test
 from .head import (
     DEFAULT_K,
+    HeadOutcome,
     HeadPlan,
-    NonFiniteBatchError,
+    UncomputedNonceError,
     check_k,
+    head_outcomes,
     head_plan,
     head_vectors,
     pick_indices,
     planned_head_vectors,
-    require_finite,
     rotate,
     rotation_vectors,
     unchecked_head_vectors,
@@ -41,9 +42,12 @@ from .inputs import generate_inputs, inputs_for_nonce
 from .logprobs_mode import DEFAULT_MODE, LogprobsMode, detect_logprobs_mode, resolve_logprobs_mode
 from .murmur import murmur3_32
 from .nonces import INT32_MAX, nonce_at, nonce_batches
+from .pseudo_ids import pseudo_input_ids
 from .reflection import layer_vector, layer_vectors, reflect, reflect_, reflect_stream
 from .rng import Backend, fill_normal_rows, normal, normal_rows, uniform
 from .seeds import (
+    input_ids_seed,
+    input_ids_seed_string,
     input_seed,
     input_seed_string,
     layer_seed,
@@ -68,8 +72,8 @@ __all__ = [
     "INT32_MAX",
     "LogprobsMode",
     "MASKED_LOGPROB",
+    "HeadOutcome",
     "HeadPlan",
-    "NonFiniteBatchError",
     "TOKENS_DIFFER",
     "build_topk_list",
     "check_claimed_vector",
@@ -82,9 +86,12 @@ __all__ = [
     "fill_normal_rows",
     "fraud_test",
     "generate_inputs",
+    "head_outcomes",
     "head_plan",
     "head_vectors",
     "inference_passes",
+    "input_ids_seed",
+    "input_ids_seed_string",
     "input_seed",
     "input_seed_string",
     "inputs_for_nonce",
@@ -99,6 +106,7 @@ __all__ = [
     "normal_rows",
     "pick_indices",
     "planned_head_vectors",
+    "pseudo_input_ids",
     "pick_seed",
     "pick_seed_string",
     "position_distance",
@@ -106,7 +114,6 @@ __all__ = [
     "reflect_",
     "reflect_stream",
     "reported_logprob",
-    "require_finite",
     "resolve_logprobs_mode",
     "rotate",
     "rotation_seed_string",
@@ -116,6 +123,7 @@ __all__ = [
     "sequence_distance",
     "similarity",
     "stronger_sub_seeds",
+    "UncomputedNonceError",
     "unchecked_head_vectors",
     "uniform",
 ]

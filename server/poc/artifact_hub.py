@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Union
 
-from .artifacts import ArtifactBatch
+from .artifacts import ArtifactBatch, NonceFailure
 from .round_buffer import RoundBuffer
 
 
@@ -127,12 +127,13 @@ class ArtifactHub:
         self._rounds[round_id] = _Round(round_id, RoundBuffer(k_dim, self._buffer_artifacts))
         self._current_id = round_id
 
-    def publish(self, round_id: str, nonces: Sequence[int], vectors: bytes) -> ArtifactBatch:
-        """Number and buffer one batch, wake the round's subscribers, return the batch."""
+    def publish(self, round_id: str, nonces: Sequence[int], vectors: bytes, failures: Sequence[NonceFailure] = ()) -> ArtifactBatch:
+        """Number and buffer one batch (its artifacts, and its nonces without one), wake the round's subscribers,
+        return the batch."""
         round_ = self._round(round_id)
         if round_.end_reason is not None:
             raise RoundClosed(f"round {round_id!r} has ended ({round_.end_reason.value})")
-        batch = round_.buffer.append(nonces, vectors)
+        batch = round_.buffer.append(nonces, vectors, failures)
         round_.notify()
         return batch
 

@@ -7,14 +7,12 @@ import base64
 import math
 from collections.abc import AsyncIterator, Callable
 
-import numpy as np
-
 from engine_ext.consensus import check_claimed_vector, fraud_test
-from engine_ext.poc.batch import BATCH_NON_FINITE
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.errors import invalid_field
 from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
-from server.poc.round_params import PocLimits, artifact_params, batch_size_of, callback_url_of, nonce_list
+from server.poc.outcomes import split_outcomes
+from server.poc.round_params import PocLimits, artifact_params, batch_size_of, callback_url_of, nonce_list, require_poc_enabled
 
 MAX_CLAIMS = 100_000
 # Where a claim could not be judged by distance (undecodable, non-finite, or not computed here).
@@ -27,6 +25,7 @@ ValidatedCallback = Callable[[str, dict], None]
 async def validate_poc_artifacts(
     request: vpb.ValidatePocArtifactsRequest, runner: PocBatchRunner, limits: PocLimits, deliver: ValidatedCallback
 ) -> AsyncIterator[vpb.ValidatePocArtifactsResponse]:
+    require_poc_enabled(limits)
     params = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
     batch_size = batch_size_of(request, params.seq_len, limits)
     dist_threshold, p_mismatch, p_value_threshold = _stat_test(request)
@@ -35,28 +34,33 @@ async def validate_poc_artifacts(
     nonce_list([claim.nonce for claim in claims], "artifacts", MAX_CLAIMS)
 
     notes = KvBlockNotes()
-    checked = mismatched = 0
+    checked = mismatched = not_computed = 0
     mismatch_nonces: list[int] = []
     for start in range(0, len(claims), batch_size):
         chunk = claims[start : start + batch_size]
         by_position = iter(chunk)
         for nonces, result in await runner.run(params, [claim.nonce for claim in chunk], notes):
             pieces = [next(by_position) for _ in nonces]
-            if result.status == BATCH_NON_FINITE:
-                # Not computable here: counted in n_total, never as mismatches (spec section 7).
-                distances = [NO_DISTANCE] * len(pieces)
-                flags = [False] * len(pieces)
-            else:
-                computed = np.frombuffer(result.vectors, dtype="<f2").reshape(len(nonces), params.k_dim)
-                verdicts = [check_claimed_vector(computed[i], _claimed_b64(claim), dist_threshold) for i, claim in enumerate(pieces)]
-                distances = [NO_DISTANCE if v.distance is None else float(v.distance) for v in verdicts]
-                flags = [v.mismatch for v in verdicts]
+            distances, flags = [], []
+            rows = split_outcomes(nonces, result, params.k_dim).rows
+            for claim, row in zip(pieces, rows):
+                if row is None:
+                    # Not computable here: counted in n_total, never as a mismatch (poc-v2.md section 7).
+                    distances.append(NO_DISTANCE)
+                    flags.append(False)
+                    continue
+                verdict = check_claimed_vector(row, _claimed_b64(claim), dist_threshold)
+                distances.append(NO_DISTANCE if verdict.distance is None else float(verdict.distance))
+                flags.append(verdict.mismatch)
+            computed = [row is not None for row in rows]
             checked += len(pieces)
+            not_computed += computed.count(False)
             mismatched += sum(flags)
             mismatch_nonces += [claim.nonce for claim, flag in zip(pieces, flags) if flag]
             yield vpb.ValidatePocArtifactsResponse(
                 progress=vpb.PocValidationProgress(
-                    nonces=nonces, distances=distances, mismatches=flags, nonces_checked=checked, mismatches_so_far=mismatched
+                    nonces=nonces, distances=distances, mismatches=flags, nonces_checked=checked, mismatches_so_far=mismatched,
+                    computed=computed,
                 )
             )
     verdict = fraud_test(mismatched, checked, p_mismatch, p_value_threshold)
@@ -67,6 +71,7 @@ async def validate_poc_artifacts(
         p_value=verdict.p_value,
         fraud_detected=verdict.fraud_detected,
         kv_blocks_note=notes.describe(),
+        n_not_computed=not_computed,
     )
     if callback_url:
         deliver(callback_url, _validated_body(request, summary))

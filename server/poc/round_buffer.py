@@ -6,7 +6,7 @@ from array import array
 from collections import deque
 from collections.abc import Sequence
 
-from .artifacts import ArtifactBatch
+from .artifacts import ArtifactBatch, NonceFailure
 
 
 class RoundBuffer:
@@ -53,8 +53,8 @@ class RoundBuffer:
     def buffered_artifacts(self) -> int:
         return self._buffered_artifacts
 
-    def append(self, nonces: Sequence[int], vectors: bytes) -> ArtifactBatch:
-        batch = ArtifactBatch(self.last_sequence + 1, tuple(int(nonce) for nonce in nonces), bytes(vectors), self.k_dim)
+    def append(self, nonces: Sequence[int], vectors: bytes, failures: Sequence[NonceFailure] = ()) -> ArtifactBatch:
+        batch = ArtifactBatch(self.last_sequence + 1, tuple(int(nonce) for nonce in nonces), bytes(vectors), self.k_dim, tuple(failures))
         self._batches.append(batch)
         self._buffered_artifacts += len(batch)
         self._published_through.append(self._published_through[-1] + len(batch))

@@ -28,6 +28,17 @@ class PocLimits:
     # The most sequences in one engine step: a batch's B must fit it (FlashAttention 3's scheduler metadata
     # buffer on a GPU is sized by it; a larger batch failed there).
     max_num_seqs: int
+    # False: the server runs with PoC off (--poc-forward off) and refuses every PoC call.
+    enabled: bool = True
+
+
+def require_poc_enabled(limits: PocLimits) -> None:
+    if not limits.enabled:
+        raise ServiceError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            Reason.POC_DISABLED,
+            "PoC is off on this server (--poc-forward off): it serves inference only",
+        )
 
 
 @dataclass(frozen=True)

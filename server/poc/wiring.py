@@ -79,5 +79,6 @@ class PocComponents:
         log.info("spooled callbacks: %s", report)
 
 
-def poc_limits(facts: ModelFacts) -> PocLimits:
-    return PocLimits(facts.served_model_name, facts.max_model_len, facts.hidden_size, facts.max_num_batched_tokens, facts.max_num_seqs)
+def poc_limits(facts: ModelFacts, enabled: bool = True) -> PocLimits:
+    """`enabled`: False when the server runs with PoC off (every PoC call is refused)."""
+    return PocLimits(facts.served_model_name, facts.max_model_len, facts.hidden_size, facts.max_num_batched_tokens, facts.max_num_seqs, enabled)

@@ -1,9 +1,10 @@
 """An independent PoC v2 forward (poc-v2.md sections 3-5) with Hugging Face transformers, one nonce at a time.
 
 The engine computes artifacts in vLLM's batched forward (engine_ext.poc.worker_forward): its own attention
-metadata, borrowed KV blocks, hooks on vLLM's decoder layers whose output is the pair (hidden, residual).
-This reference shares none of that: the same checkpoint loaded by transformers' `Qwen3ForCausalLM`, one
-causal sequence per call, no KV cache, the reflection applied to HF's single residual-stream output. What
+metadata, borrowed KV blocks, vLLM's decoder layers whose output is the pair (hidden, residual), the reflections
+between them. This reference shares none of that: the same checkpoint loaded by transformers' implementation of
+its architecture (Qwen3, MiniMax-M2), one causal sequence per call, no KV cache, the reflection applied by a hook
+to HF's single residual-stream output. What
 both share is the consensus core (inputs, layer vectors, reflection formula, head), which the unit tests
 check against the spec's conformance vectors on their own. So a disagreement between the engine and this
 reference points at the engine's forward (a missing or misplaced reflection, wrong inputs, the wrong token or
@@ -31,18 +32,20 @@ from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
 
 
 class HfPocReference:
-    """The embedded model under transformers, on CPU, in the checkpoint's dtype (bf16)."""
+    """An embedded model under transformers, on CPU, in the checkpoint's dtype (bf16)."""
 
     def __init__(self, model_dir: Path | str, attention: str = "eager") -> None:
-        from transformers import AutoConfig, Qwen3ForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         config = AutoConfig.from_pretrained(str(model_dir))
         # The checkpoint's dtype, not an override: poc-v2.md section 3 casts inputs to it, and the engine
         # serves the same weights in it.
         declared = getattr(config, "dtype", None) or config.torch_dtype
         self.dtype: torch.dtype = declared if isinstance(declared, torch.dtype) else getattr(torch, str(declared))
-        self.model = Qwen3ForCausalLM.from_pretrained(str(model_dir), dtype=self.dtype, attn_implementation=attention)
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self.dtype, attn_implementation=attention)
         self.model.eval()
+        if config.model_type == "minimax_m2":
+            _route_in_float32(self.model, Path(model_dir))
         self.hidden = int(config.hidden_size)
         self.num_layers = int(config.num_hidden_layers)
 
@@ -78,6 +81,19 @@ class HfPocReference:
                 handle.remove()
         # last_hidden_state is after the model's final norm (section 5 step 1).
         return output.last_hidden_state[0, -1, :]
+
+
+def _route_in_float32(model: Any, model_dir: Path) -> None:
+    """MiniMax-M2's router as vLLM runs it: the gate's weights and matmul in float32 (vLLM's GateLinear keeps
+    float32 parameters and casts the input), the per-expert bias in float32 as the checkpoint stores it
+    (transformers casts every tensor to the model's dtype on load). Routing picks the top experts, so a bf16 gate
+    would choose other experts on near ties: a difference of the reference, not of the engine under test."""
+    from safetensors import safe_open
+
+    with safe_open(str(model_dir / "model.safetensors"), framework="pt") as checkpoint:
+        for index, layer in enumerate(model.model.layers):
+            layer.mlp.gate.float()
+            layer.mlp.e_score_correction_bias = checkpoint.get_tensor(f"model.layers.{index}.block_sparse_moe.e_score_correction_bias").float()
 
 
 def _reflecting(vector: torch.Tensor) -> Any:

@@ -135,9 +135,8 @@ def test_a_head_plan_made_beforehand_gives_the_same_bits() -> None:
     assert torch.equal(plan.indices, C.pick_indices(BH, PK, NONCES, 256, 12))
     assert torch.equal(plan.rotations, C.rotation_vectors(BH, PK, NONCES, 12))
     assert torch.equal(C.planned_head_vectors(hidden, plan), C.head_vectors(hidden, BH, PK, NONCES))
-    vectors, finite = C.unchecked_head_vectors(hidden, plan)
-    assert finite.dim() == 0 and bool(finite)
-    C.require_finite(finite, len(NONCES))
+    vectors, outcomes = C.unchecked_head_vectors(hidden, plan)
+    assert outcomes.shape == (len(NONCES),) and C.head_outcomes(outcomes) == [C.HeadOutcome.COMPUTED] * len(NONCES)
     assert torch.equal(vectors, C.head_vectors(hidden, BH, PK, NONCES))
 
 

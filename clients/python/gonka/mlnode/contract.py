@@ -24,8 +24,8 @@ from google.protobuf import descriptor_pb2
 import gonka.mlnode.v1
 
 # Written by `make contract`: the previous commit's revision, plus one when the digest changed.
-REVISION = 2
-DIGEST = "sha256:b2c282a52f00d35084dfdd4343d70746b2f9ad9234ef5ca63f3a602102b434cb"
+REVISION = 3
+DIGEST = "sha256:7d46591f89640c9080adb46e8b0c90dccb4b8524853b017c9b9988db5037c6ed"
 
 
 def stub_digest() -> str:

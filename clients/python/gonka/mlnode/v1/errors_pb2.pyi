@@ -30,6 +30,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOO_MANY_STREAMS: _ClassVar[ErrorReason]
     NON_FINITE_BATCH: _ClassVar[ErrorReason]
     KV_BLOCKS_EXHAUSTED: _ClassVar[ErrorReason]
+    POC_DISABLED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_FIELD: ErrorReason
 TOKEN_OUT_OF_VOCABULARY: ErrorReason
@@ -54,3 +55,4 @@ AUTH_TOKEN_INVALID: ErrorReason
 TOO_MANY_STREAMS: ErrorReason
 NON_FINITE_BATCH: ErrorReason
 KV_BLOCKS_EXHAUSTED: ErrorReason
+POC_DISABLED: ErrorReason

@@ -161,31 +161,35 @@ class ValidatePocArtifactsResponse(_message.Message):
     def __init__(self, progress: _Optional[_Union[PocValidationProgress, _Mapping]] = ..., summary: _Optional[_Union[PocValidationSummary, _Mapping]] = ...) -> None: ...
 
 class PocValidationProgress(_message.Message):
-    __slots__ = ("nonces", "distances", "mismatches", "nonces_checked", "mismatches_so_far")
+    __slots__ = ("nonces", "distances", "mismatches", "nonces_checked", "mismatches_so_far", "computed")
     NONCES_FIELD_NUMBER: _ClassVar[int]
     DISTANCES_FIELD_NUMBER: _ClassVar[int]
     MISMATCHES_FIELD_NUMBER: _ClassVar[int]
     NONCES_CHECKED_FIELD_NUMBER: _ClassVar[int]
     MISMATCHES_SO_FAR_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_FIELD_NUMBER: _ClassVar[int]
     nonces: _containers.RepeatedScalarFieldContainer[int]
     distances: _containers.RepeatedScalarFieldContainer[float]
     mismatches: _containers.RepeatedScalarFieldContainer[bool]
     nonces_checked: int
     mismatches_so_far: int
-    def __init__(self, nonces: _Optional[_Iterable[int]] = ..., distances: _Optional[_Iterable[float]] = ..., mismatches: _Optional[_Iterable[bool]] = ..., nonces_checked: _Optional[int] = ..., mismatches_so_far: _Optional[int] = ...) -> None: ...
+    computed: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, nonces: _Optional[_Iterable[int]] = ..., distances: _Optional[_Iterable[float]] = ..., mismatches: _Optional[_Iterable[bool]] = ..., nonces_checked: _Optional[int] = ..., mismatches_so_far: _Optional[int] = ..., computed: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class PocValidationSummary(_message.Message):
-    __slots__ = ("n_total", "n_mismatch", "mismatch_nonces", "p_value", "fraud_detected", "kv_blocks_note")
+    __slots__ = ("n_total", "n_mismatch", "mismatch_nonces", "p_value", "fraud_detected", "kv_blocks_note", "n_not_computed")
     N_TOTAL_FIELD_NUMBER: _ClassVar[int]
     N_MISMATCH_FIELD_NUMBER: _ClassVar[int]
     MISMATCH_NONCES_FIELD_NUMBER: _ClassVar[int]
     P_VALUE_FIELD_NUMBER: _ClassVar[int]
     FRAUD_DETECTED_FIELD_NUMBER: _ClassVar[int]
     KV_BLOCKS_NOTE_FIELD_NUMBER: _ClassVar[int]
+    N_NOT_COMPUTED_FIELD_NUMBER: _ClassVar[int]
     n_total: int
     n_mismatch: int
     mismatch_nonces: _containers.RepeatedScalarFieldContainer[int]
     p_value: float
     fraud_detected: bool
     kv_blocks_note: str
-    def __init__(self, n_total: _Optional[int] = ..., n_mismatch: _Optional[int] = ..., mismatch_nonces: _Optional[_Iterable[int]] = ..., p_value: _Optional[float] = ..., fraud_detected: bool = ..., kv_blocks_note: _Optional[str] = ...) -> None: ...
+    n_not_computed: int
+    def __init__(self, n_total: _Optional[int] = ..., n_mismatch: _Optional[int] = ..., mismatch_nonces: _Optional[_Iterable[int]] = ..., p_value: _Optional[float] = ..., fraud_detected: bool = ..., kv_blocks_note: _Optional[str] = ..., n_not_computed: _Optional[int] = ...) -> None: ...

@@ -106,7 +106,9 @@ class ValidationServiceServicer(object):
         blocks are short), then the summary, then ends with status OK. Runs beside live inference on
         borrowed KV blocks (a batch waits up to --poc-block-wait-s for free blocks, then is halved),
         and during a mining round. Malformed or non-finite claimed vectors are mismatches, not errors;
-        claims in a batch this node computes as non-finite count in n_total but never as mismatches.
+        a claim whose nonce this node cannot compute (its last hidden state is not finite, or its vector
+        would not be finite or would be all zero: poc-v2-models.md section 5) counts in n_total but never
+        as a mismatch, and the other claims of its batch are judged as usual.
         Errors before any message:
         - INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field): a missing block_hash,
         public_key, params, stat_test or one of its fields; a stat_test value out of range; no
@@ -114,6 +116,7 @@ class ValidationServiceServicer(object):
         callback_url that is not http(s).
         - FAILED_PRECONDITION (MODEL_MISMATCH, field params.model): params.model is not the served
         model.
+        - FAILED_PRECONDITION (POC_DISABLED): the server runs with PoC off (--poc-forward off).
         - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
         Errors that can end the stream, before or after some progress (then no summary, no callback):
         - RESOURCE_EXHAUSTED (KV_BLOCKS_EXHAUSTED), with RetryInfo: not even one nonce's KV blocks were
