@@ -13,6 +13,7 @@ from engine_ext.engine import MlnodeEngine
 from engine_ext.engine_args import STRUCTURED_OUTPUT_BACKEND, USAGE_CONTEXT, EngineSettings
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY
+from engine_ext.poc.decoders import decoder_class_for, unsupported_message
 from engine_ext.vllm_version import require_supported_vllm
 from engine_ext.worker_extension import WORKER_EXTENSION_CLASS
 
@@ -58,19 +59,31 @@ def require_xgrammar_backend(engine_args: AsyncEngineArgs) -> None:
         )
 
 
+def require_poc_decoder(engine_args: AsyncEngineArgs) -> None:
+    """A model the PoC forward has no decoder for is refused before the engine starts (the workers' own check,
+    MlnodeEngine.poc_decoder, stays the final word): the architecture vLLM resolves for it, by name."""
+    architecture = engine_args.create_model_config().architecture
+    if decoder_class_for(architecture) is None:
+        raise EngineConfigurationError(unsupported_message(architecture))
+
+
 def create_engine(
     settings: EngineSettings,
     calls: EngineCalls,
     default_logprobs_mode: LogprobsMode = DEFAULT_MODE,
     request_metrics: bool = False,
     poc_compiled: bool = True,
+    poc_enabled: bool = True,
 ) -> MlnodeEngine:
     """Starts the engine processes (call before creating the gRPC server: vLLM forks).
     `request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.token_streams);
-    `poc_compiled`: the compiled PoC forward, else the eager one."""
+    `poc_compiled`: the compiled PoC forward, else the eager one; `poc_enabled`: False serves a model without a PoC
+    decoder (PoC off)."""
     require_supported_vllm(vllm.__version__)
     require_no_kv_connector(settings.vllm_args)
     require_xgrammar_backend(settings.vllm_args)
+    if poc_enabled:
+        require_poc_decoder(settings.vllm_args)
     engine_args = with_worker_extension(settings.vllm_args)
     # Each request's own mode is set per batch by a sampler seam; the engine-wide one only decides
     # which top-k/top-p kernel vLLM binds, and processed keeps it off FlashInfer's, which has no

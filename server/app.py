@@ -110,7 +110,8 @@ async def serve(options: ServerOptions, credentials: ServerCredentials, engine_a
         # With metrics, token streams feed vLLM's per-request metrics too (about 2 µs a token).
         request_metrics = options.metrics is not None
         engine = create_engine(
-            engine_args, calls, LOGPROBS_MODES[options.default_logprobs_mode], request_metrics, options.poc.compiled_forward
+            engine_args, calls, LOGPROBS_MODES[options.default_logprobs_mode], request_metrics, options.poc.compiled_forward,
+            options.poc.enabled,
         )
     except (EngineConfigurationError, UnsupportedVllmVersion) as error:
         raise StartupError(str(error)) from error

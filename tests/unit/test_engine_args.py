@@ -128,7 +128,8 @@ def test_the_environment_is_set_before_the_engine_starts(monkeypatch: pytest.Mon
     monkeypatch.setattr(engine_factory, "AsyncLLM", RecordingAsyncLLM)
     monkeypatch.setattr(engine_factory, "MlnodeEngine", lambda llm, calls, mode, request_metrics, poc_compiled: (llm, calls, mode))
     args = AsyncEngineArgs(model="/m", structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"))
-    started = engine_factory.create_engine(EngineSettings(args, {CPU_KV_CACHE_ENV: "1"}), "calls", "mode")
+    # PoC off: the model's architecture is not read (there is no model at /m).
+    started = engine_factory.create_engine(EngineSettings(args, {CPU_KV_CACHE_ENV: "1"}), "calls", "mode", poc_enabled=False)
     assert started == ("llm", "calls", "mode")
     assert seen == {"kv_cache": "1"}
 

@@ -322,3 +322,17 @@ def test_deepseek_v4_on_vllm_0_28_hands_the_first_layer_the_embeddings() -> None
     decoder = DeepseekV4Decoder(SimpleNamespace(model=SimpleNamespace(layers=[layer], norm=torch.nn.Identity(), hc_mult=STREAMS)))
     inputs = torch.randn(TOKENS, HIDDEN)
     assert decoder.initial_state(inputs)[0] is inputs
+
+
+def test_a_model_without_a_decoder_is_refused_before_the_engine_starts(tmp_path: Path) -> None:
+    """engine_ext.engine_factory reads the architecture vLLM resolves for the model, before any engine process."""
+    from vllm.engine.arg_utils import AsyncEngineArgs
+
+    from engine_ext.engine_factory import EngineConfigurationError, require_poc_decoder
+    from server.embedded_model import build_embedded_model
+    from server.embedded_model.variants import ShapeVariant
+
+    require_poc_decoder(AsyncEngineArgs(model=str(MINIMAX_M2_MODEL_DIR)))
+    llama = ShapeVariant("llama", tmp_path, {"architectures": ("LlamaForCausalLM",), "model_type": "llama"})
+    with pytest.raises(EngineConfigurationError, match="no decoder for LlamaForCausalLM"):
+        require_poc_decoder(AsyncEngineArgs(model=str(build_embedded_model(tmp_path / "llama", llama))))
