@@ -18,7 +18,7 @@ Below the reference: small helpers the PoC end-to-end tests share to talk to Poc
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,9 @@ import torch
 
 from engine_ext.consensus import head_vectors, inputs_for_nonce, layer_vectors, reflect
 from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
+
+# x, v -> x reflected by v (engine_ext.consensus.reflect unless a test compares another arithmetic).
+Reflection = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 class HfPocReference:
@@ -58,20 +61,22 @@ class HfPocReference:
         k: int = 12,
         stronger_rng: bool = False,
         reflect_layers: bool = True,
+        reflection: Reflection = reflect,
     ) -> np.ndarray:
         """The artifact of one nonce: float16 [k]. `reflect_layers=False` is the plain forward, a negative
-        control: the tests use it to show their tolerance tells a forward without reflections apart."""
+        control: the tests use it to show their tolerance tells a forward without reflections apart. `reflection`:
+        the arithmetic of one reflection (benchmarks/reflection_order_bench.py compares rounding orders)."""
         inputs = inputs_for_nonce(block_hash, public_key, nonce, seq_len, self.hidden, dtype=self.dtype, stronger_rng=stronger_rng)
-        last_hidden = self.last_hidden(block_hash, inputs, reflect_layers)
+        last_hidden = self.last_hidden(block_hash, inputs, reflect_layers, reflection)
         vectors = head_vectors(last_hidden.float().unsqueeze(0), block_hash, public_key, [nonce], k)
         return vectors[0].numpy()
 
-    def last_hidden(self, block_hash: str, inputs: torch.Tensor, reflect_layers: bool = True) -> torch.Tensor:
+    def last_hidden(self, block_hash: str, inputs: torch.Tensor, reflect_layers: bool = True, reflection: Reflection = reflect) -> torch.Tensor:
         """[H] last-token hidden state after the final norm, with the per-layer reflections applied."""
         # Global layer indices 0..L-1 (this reference is never pipeline-split).
-        reflection = layer_vectors(block_hash, range(self.num_layers), self.hidden, dtype=self.dtype)
+        vectors = layer_vectors(block_hash, range(self.num_layers), self.hidden, dtype=self.dtype)
         layers = self.model.model.layers if reflect_layers else []
-        handles = [layer.register_forward_hook(_reflecting(reflection[index])) for index, layer in enumerate(layers)]
+        handles = [layer.register_forward_hook(_reflecting(vectors[index], reflection)) for index, layer in enumerate(layers)]
         try:
             with torch.inference_mode():
                 # Default positions 0..S-1, one sequence, no cache: poc-v2.md section 3.
@@ -96,14 +101,14 @@ def _route_in_float32(model: Any, model_dir: Path) -> None:
             layer.mlp.e_score_correction_bias = checkpoint.get_tensor(f"model.layers.{index}.block_sparse_moe.e_score_correction_bias").float()
 
 
-def _reflecting(vector: torch.Tensor) -> Any:
+def _reflecting(vector: torch.Tensor, reflection: Reflection) -> Any:
     def hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
         # transformers 4.57 returns the stream as a tensor; older versions return a tuple whose first
         # element is the stream. In HF the layer's output IS the whole residual stream (the residual was
         # already added inside the layer), so reflecting it alone is the spec's map.
         if isinstance(output, torch.Tensor):
-            return reflect(output, vector)
-        return (reflect(output[0], vector), *output[1:])
+            return reflection(output, vector)
+        return (reflection(output[0], vector), *output[1:])
 
     return hook
 
