@@ -129,17 +129,22 @@ test: setup proto-check buf go-check
 # processes each importing torch and vLLM one core at a time, so two side by side keep a 2-core machine busy. Each
 # suite prints its output when it ends, with its own pytest folder and vLLM cache (vLLM's model-info cache has one
 # file name for both releases: alternating releases would re-inspect the model class at every start).
+# Each part prints its time as it ends (scripts/timed.sh), and the run ends with a table of them.
+TIMED := scripts/timed.sh
+test-all: export TIMES_FILE := $(CURDIR)/.build/test-all-times.txt
 test-all:
-	$(MAKE) --no-print-directory setup VLLM=0.25.1
-	$(MAKE) --no-print-directory setup VLLM=0.28.0
-	$(MAKE) --no-print-directory proto-check buf go-check
-	$(MAKE) --no-print-directory -j2 --output-sync=recurse $(addprefix suite-,$(SUPPORTED_VLLM))
-	$(MAKE) --no-print-directory cross-version-test
+	@mkdir -p .build && rm -f $(TIMES_FILE)
+	$(TIMED) "setup, vLLM 0.25.1" $(MAKE) --no-print-directory setup VLLM=0.25.1
+	$(TIMED) "setup, vLLM 0.28.0" $(MAKE) --no-print-directory setup VLLM=0.28.0
+	$(TIMED) "stubs, buf, Go" $(MAKE) --no-print-directory proto-check buf go-check
+	$(TIMED) "both suites, side by side" $(MAKE) --no-print-directory -j2 --output-sync=recurse $(addprefix suite-,$(SUPPORTED_VLLM))
+	$(TIMED) "cross-version agreement" $(MAKE) --no-print-directory cross-version-test
+	@echo "== the parts' times:" && cat $(TIMES_FILE)
 
 # One release's suite, its setup done (test-all). `pytest` alone is the suite of `make test` without the setup and checks.
 suite-%:
 	@echo "== the suite on vLLM $*"
-	VLLM_CACHE_ROOT=$(HOME)/.cache/vllm-$* $(MAKE) --no-print-directory pytest VLLM=$* \
+	VLLM_CACHE_ROOT=$(HOME)/.cache/vllm-$* $(TIMED) "suite, vLLM $*" $(MAKE) --no-print-directory pytest VLLM=$* \
 	    PYTEST_BASETEMP=--basetemp=$${TMPDIR:-/tmp}/gonka-mlnode-pytest-$*
 
 PYTEST_BASETEMP ?=
@@ -255,8 +260,8 @@ GPU_SITE ?= .build/gpu-site
 # What gpu-check runs: tests/gpu, or some of its files (GPU_TESTS=tests/gpu/test_consensus.py).
 GPU_TESTS ?= tests/gpu
 GPU_REQUIREMENTS := gpu-offline-0.25.1.txt
-# The platforms of the verified recipe: the wheels carry manylinux 2_35, 2_28, 2014 or 1 tags.
-GPU_PLATFORMS := manylinux_2_35_x86_64 manylinux_2_28_x86_64 manylinux2014_x86_64 manylinux1_x86_64 any
+# The platforms of the verified recipe: the wheels carry manylinux tags from glibc 2.5 to 2.35.
+GPU_PLATFORMS := $(foreach glibc,35 31 28 27 26 24 17 5,manylinux_2_$(glibc)_x86_64) manylinux2014_x86_64 manylinux1_x86_64 any
 GPU_DOWNLOAD := $(PIP_ENV) $(PYTHON) -m pip download -q --no-deps --only-binary=:all: \
     --python-version 3.12 --implementation cp $(addprefix --platform ,$(GPU_PLATFORMS))
 # What this checkout's wheel is built from (tracked and new files; deleted ones are skipped).

@@ -250,7 +250,7 @@ def main() -> None:
     flags = SERVER_FLAGS + (["--model", args.model] if args.model else []) + shlex.split(args.server_flags)
     with tempfile.TemporaryDirectory() as scratch:
         log_path = args.server_log or Path(scratch) / "server.log"
-        server = start_server(log_path, flags + ["--poc-spool", str(Path(scratch) / "spool.jsonl")])
+        server = start_server(log_path, flags + ["--callback-store", str(Path(scratch) / "callbacks.sqlite3")])
         try:
             results = asyncio.run(run(args, server.target))
         finally:

@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 # vLLM's batch defaults depend on it; the engine is started as vLLM's API server starts it.
 USAGE_CONTEXT = UsageContext.OPENAI_API_SERVER
 CPU_KV_CACHE_ENV = "VLLM_CPU_KVCACHE_SPACE"
-# vLLM 0.15's max_num_seqs default on CPU for USAGE_CONTEXT, per tensor x pipeline rank
+# vLLM's max_num_seqs default on CPU for USAGE_CONTEXT, per tensor x pipeline rank (0.15.1 to 0.28.0)
 # (EngineArgs.get_batch_defaults; asking it directly would log a warning about the unset variable).
 CPU_DEFAULT_MAX_NUM_SEQS_PER_RANK = 128
 GIB = 1024**3

@@ -35,7 +35,7 @@ class EngineCalls:
             # shield: a caller that gives up (timeout, cancelled RPC) leaves the call running and tracked.
             return await asyncio.wait_for(asyncio.shield(task), self.timeout_seconds)
         except asyncio.TimeoutError:
-            raise EngineCallTimeout(name, self.timeout_seconds) from None
+            raise EngineCallTimeout(name, self.timeout_seconds, answered=task) from None
 
     def problem(self) -> str | None:
         """Why the engine counts as stuck (its oldest unanswered call is too old), or None."""

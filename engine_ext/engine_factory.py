@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import vllm
+import vllm.envs as vllm_envs
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -67,6 +68,17 @@ def require_poc_decoder(engine_args: AsyncEngineArgs) -> None:
         raise EngineConfigurationError(unsupported_message(architecture))
 
 
+def require_v1_model_runner_asked() -> None:
+    """An explicit VLLM_USE_V2_MODEL_RUNNER=1 is refused before anything starts (as vLLM itself parses the variable);
+    the runner the engine actually builds is checked once it runs (MlnodeEngine.require_extension), since vLLM 0.25
+    and later choose V2 by default for some models."""
+    if vllm_envs.VLLM_USE_V2_MODEL_RUNNER:
+        raise EngineConfigurationError(
+            "VLLM_USE_V2_MODEL_RUNNER=1 is not supported: the server's engine seams need vLLM's V1 model runner "
+            "(the V2 runner has no logits processors and another sampler). Unset the variable or set it to 0."
+        )
+
+
 def create_engine(
     settings: EngineSettings,
     calls: EngineCalls,
@@ -80,6 +92,7 @@ def create_engine(
     `poc_compiled`: the compiled PoC forward, else the eager one; `poc_enabled`: False serves a model without a PoC
     decoder (PoC off)."""
     require_supported_vllm(vllm.__version__)
+    require_v1_model_runner_asked()
     require_no_kv_connector(settings.vllm_args)
     require_xgrammar_backend(settings.vllm_args)
     if poc_enabled:

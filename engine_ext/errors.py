@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 
 class EngineError(Exception):
     """Base of everything the engine wrapper raises on purpose."""
@@ -33,9 +35,14 @@ class EnginePaused(EngineError):
 
 
 class EngineCallTimeout(EngineError):
-    """A call into the engine did not answer in time; it may still answer later."""
+    """A call into the engine did not answer in time; it may still answer later.
 
-    def __init__(self, name: str, timeout_seconds: float) -> None:
+    `answered`: the call itself, done once the engine has answered it after all (its result is then of no
+    use), for a caller that must not go on while the engine still runs it (a mining round keeps inference
+    out until its last PoC forward is over): `await asyncio.wait({error.answered})`."""
+
+    def __init__(self, name: str, timeout_seconds: float, answered: asyncio.Future | None = None) -> None:
         super().__init__(f"the engine did not answer {name} within {timeout_seconds:g} s")
         self.name = name
         self.timeout_seconds = timeout_seconds
+        self.answered = answered

@@ -5,6 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from vllm.platforms import current_platform
+
+from engine_ext.poc.batch_caps import PocBatchCap, poc_batch_cap
+
 # The network reports top-5; 20 is vLLM's default ceiling and the contract's.
 MAX_LOGPROBS = 20
 
@@ -29,6 +33,9 @@ class ModelFacts:
     max_num_batched_tokens: int = 0
     # The most sequences one engine step runs (vLLM sizes attention buffers by it): a PoC batch's B must fit it.
     max_num_seqs: int = 0
+    # An upper bound on a PoC batch's B that the engine's configuration imposes, and the flag that lifts it (None: no
+    # such bound; engine_ext.poc.batch_caps says which configurations have one).
+    poc_batch_cap: PocBatchCap | None = None
 
     @property
     def max_token_id(self) -> int:
@@ -58,4 +65,9 @@ def read_model_facts(vllm_config: Any, tokenizer: Any) -> ModelFacts:
         hidden_size=int(model_config.get_hidden_size()),
         max_num_batched_tokens=int(vllm_config.scheduler_config.max_num_batched_tokens),
         max_num_seqs=int(vllm_config.scheduler_config.max_num_seqs),
+        poc_batch_cap=poc_batch_cap(
+            async_scheduling=bool(vllm_config.scheduler_config.async_scheduling),
+            tensor_parallel_size=int(vllm_config.parallel_config.tensor_parallel_size),
+            cuda=current_platform.is_cuda(),
+        ),
     )

@@ -17,12 +17,12 @@ class UnsupportedVllmVersion(RuntimeError):
 
 
 def public_version(version: str) -> str:
-    """Drops a local build label (`0.15.1+cpu` -> `0.15.1`): it does not change the Python sources."""
+    """Drops a local build label (`0.25.1+cpu` -> `0.25.1`): it does not change the Python sources."""
     return version.split("+", 1)[0]
 
 
 def minor_of(version: str) -> str:
-    """`0.20.1+cpu` -> `0.20`: the seam modules are per minor."""
+    """`0.28.0+cpu` -> `0.28`: the seam modules are per minor."""
     return ".".join(public_version(version).split(".")[:2])
 
 

@@ -28,8 +28,10 @@ from server.health import HealthService
 from server.inference_servicer import InferenceServicer
 from server.metrics.exporter import ServerMetrics
 from server.options import ServerOptions
+from server.poc.callback_store import CallbackStore, StoreUnreadable
 from server.poc.gate_interceptor import GateInterceptor
 from server.poc.options import PocOptions
+from server.poc.store_lock import StoreLock
 from server.poc.wiring import PocComponents, poc_limits
 from server.reflection import enable_reflection
 from server.request_registry import RequestRegistry
@@ -96,7 +98,8 @@ class StartupError(RuntimeError):
     pass
 
 
-async def serve(options: ServerOptions, credentials: ServerCredentials, engine_args: Any) -> int:
+async def serve(options: ServerOptions, credentials: ServerCredentials, engine_args: Any, store_lock: StoreLock) -> int:
+    """`store_lock`: the callback store's, claimed by the caller; the store is opened (and closed) here."""
     # Installed before the engine's blocking start: a signal that arrives meanwhile is only noted
     # (a Python-level handler raising inside vLLM's startup poll would be swallowed) and acted on
     # once the engine is up, so its processes are always shut down, never orphaned.
@@ -116,7 +119,7 @@ async def serve(options: ServerOptions, credentials: ServerCredentials, engine_a
     except (EngineConfigurationError, UnsupportedVllmVersion) as error:
         raise StartupError(str(error)) from error
     try:
-        return await _serve_engine(engine, options, credentials, trigger)
+        return await _serve_engine(engine, options, credentials, trigger, store_lock)
     finally:
         engine.shutdown()
 
@@ -145,7 +148,9 @@ async def _prepare_poc_forward(engine: MlnodeEngine, poc: PocOptions) -> None:
              result.compiled_graphs, result.compile_seconds)
 
 
-async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credentials: ServerCredentials, trigger: ShutdownTrigger) -> int:
+async def _serve_engine(
+    engine: MlnodeEngine, options: ServerOptions, credentials: ServerCredentials, trigger: ShutdownTrigger, store_lock: StoreLock
+) -> int:
     try:
         await engine.require_extension()
     except ExtensionMissing as error:
@@ -162,6 +167,10 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credential
     admission = Admission(options.max_concurrent_streams)
     authorizer = Authorizer(credentials.auth_token)
     health = HealthService()
+    try:
+        store = CallbackStore(store_lock)
+    except StoreUnreadable as error:
+        raise StartupError(str(error)) from error
     poc = PocComponents(
         engine,
         poc_limits(facts, options.poc.enabled),
@@ -170,12 +179,13 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credential
         GATED_SERVICES,
         POC_SERVICE.full_name,
         options.poc,
+        store,
     )
     translator = RequestTranslator(facts, PromptReader(facts, limits, tokenizers))
     versions = pb.Versions(**component_versions(), grpc=grpc.__version__)
     servicer = InferenceServicer(engine, facts, limits, options.max_request_bytes, translator, registry, admission, versions, authorizer)
 
-    metrics = None if options.metrics is None else ServerMetrics(options.metrics, engine.metrics_registry(), poc.control)
+    metrics = None if options.metrics is None else ServerMetrics(options.metrics, engine.metrics_registry(), poc.control, poc.sender)
     # Authorization first: a refused caller reaches no other interceptor and learns nothing else.
     # Metrics before it: they only watch, and count refused calls with their code and reason too.
     interceptors = (
@@ -207,7 +217,7 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credential
         await health.set(service, health_pb2.HealthCheckResponse.SERVING)
     log.info("serving %s on %s (%s)", facts.served_model_name, options.address, credentials.summary())
 
-    poc.start_spool_delivery()
+    poc.sender.start()
     background = [asyncio.create_task(watch_engine(engine, trigger, health, HEALTH_CHECKED_SERVICES, admission, GATED_SERVICES))]
     if engine.logs_stats:
         background.append(asyncio.create_task(_log_engine_stats(engine)))
@@ -218,10 +228,11 @@ async def _serve_engine(engine: MlnodeEngine, options: ServerOptions, credential
     admission.close()
     await health.enter_graceful_shutdown()
     # A running round stops (its forward in flight returns; subscribers get their final message) and
-    # callbacks get a bounded flush; what the receivers did not take is spooled.
+    # callbacks get a bounded flush; what the receivers did not take stays in the callback store.
     await poc.shutdown()
     await _drain(engine, registry, trigger, options.shutdown_grace_seconds)
     await server.stop(grace=ABORT_FLUSH_SECONDS)
+    poc.close()
     if metrics is not None:
         await metrics.stop()
     tokenizers.close()

@@ -17,6 +17,20 @@ from gonka.mlnode.v1 import errors_pb2
 
 ERROR_DOMAIN = "mlnode.gonka.ai"
 Reason = errors_pb2.ErrorReason
+# A client's value quoted in a message is cut to this many characters. The message travels three times
+# in the trailers (grpc-message, and the status and its BadRequest in grpc-status-details-bin), and a gRPC
+# client refuses trailers over 8 KiB by default: a 4 kB id echoed whole came back RESOURCE_EXHAUSTED.
+ECHO_CHARS = 64
+# Whatever a message holds, it is cut to this many characters (the same reason).
+MAX_MESSAGE_CHARS = 1024
+
+
+def echoed(value: str) -> str:
+    """`value` quoted for an error message (ASCII, escapes shown), cut to ECHO_CHARS characters with its
+    length said when longer."""
+    if len(value) <= ECHO_CHARS:
+        return ascii(value)
+    return f"{ascii(value[:ECHO_CHARS])}... (cut: {len(value)} characters)"
 
 
 class ServiceError(Exception):
@@ -31,6 +45,8 @@ class ServiceError(Exception):
         retry_after_seconds: float | None = None,
         metadata: dict[str, str] | None = None,
     ) -> None:
+        if len(message) > MAX_MESSAGE_CHARS:
+            message = f"{message[:MAX_MESSAGE_CHARS]}... (cut: {len(message)} characters)"
         super().__init__(message)
         # Extra ErrorInfo.metadata entries (for example the identity of a conflicting round).
         self.metadata = dict(metadata or {})

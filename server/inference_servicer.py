@@ -23,7 +23,7 @@ from gonka.mlnode.v1 import inference_pb2 as pb
 from server.admission import Admission
 from server.auth import Authorizer
 from server.engine_failures import engine_failure
-from server.errors import Reason, ServiceError, abort_with
+from server.errors import Reason, ServiceError, abort_with, echoed
 from server.request_registry import RequestRegistry
 from server.response_encoding import ResponseEncoder
 from server.service_registration import decode_request
@@ -101,7 +101,7 @@ class InferenceServicer:
                 ServiceError(
                     grpc.StatusCode.NOT_FOUND,
                     Reason.REQUEST_NOT_FOUND,
-                    f"request_id: no active request {request.request_id!r}",
+                    f"request_id: no active request {echoed(request.request_id)}",
                     field="request_id",
                 ),
             )
@@ -173,4 +173,6 @@ def _aborted(step: GenerationStep) -> bool:
 
 
 def _engine_process(role: int, report: dict) -> pb.EngineProcess:
-    return pb.EngineProcess(role=role, pid=report["pid"], vllm_version=report["vllm_version"], seams=report["seams"])
+    return pb.EngineProcess(
+        role=role, pid=report["pid"], vllm_version=report["vllm_version"], seams=report["seams"], model_runner=report.get("model_runner", "")
+    )

@@ -9,10 +9,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TypeVar
 
 from server.metrics.options import MetricsOptions, add_metrics_arguments, metrics_options_from
-from server.poc.options import PocOptions, add_poc_arguments, poc_options_from
+from server.poc.options import PocOptions, add_poc_arguments, default_callback_store, poc_options_from
 
 SERVER_GROUP = "server"
 DEFAULT_HOST = "127.0.0.1"
@@ -69,6 +70,11 @@ class ServerOptions:
     poc: PocOptions = PocOptions()
     # None: no metrics endpoint (--metrics-port not given), and nothing recorded for one.
     metrics: MetricsOptions | None = None
+
+    @property
+    def callback_store(self) -> Path:
+        """The durable callback store's file: --callback-store, or the default for this server's port."""
+        return Path(self.poc.callback_store) if self.poc.callback_store else default_callback_store(self.port)
 
     @property
     def address(self) -> str:

@@ -110,10 +110,10 @@ class PocServicer:
         if counts is not None:
             status.callback.CopyFrom(
                 poc_pb2.CallbackCounts(
-                    delivered=counts.delivered_artifacts,
-                    pending=counts.pending_artifacts,
-                    spooled=counts.spooled_artifacts,
-                    given_up=counts.given_up_artifacts,
+                    delivered=counts.delivered,
+                    pending=counts.pending,
+                    spooled=counts.retrying,
+                    given_up=counts.given_up,
                     failed_attempts=counts.failed_attempts,
                 )
             )

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import grpc
 
-from server.errors import Reason, ServiceError
+from server.errors import Reason, ServiceError, echoed
 
 
 @dataclass
@@ -31,7 +31,7 @@ class RequestRegistry:
             raise ServiceError(
                 grpc.StatusCode.ALREADY_EXISTS,
                 Reason.DUPLICATE_REQUEST_ID,
-                f"request_id: {request_id!r} is already in use by an active request",
+                f"request_id: {echoed(request_id)} is already in use by an active request",
                 field="request_id",
             )
         entry = ActiveRequest(request_id)

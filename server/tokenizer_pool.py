@@ -49,7 +49,7 @@ class TokenizerPool:
         raises on messages it rejects."""
 
         def render(tokenizer: Any) -> list[int]:
-            # return_dict=False: transformers 5 (vLLM 0.20's) returns an encoding dict by default, 4 a list.
+            # return_dict=False: transformers 5 returns an encoding dict by default, 4 a list.
             ids = tokenizer.apply_chat_template(
                 list(messages), add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False, **variables
             )

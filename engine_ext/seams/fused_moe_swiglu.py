@@ -1,5 +1,5 @@
 """The routed experts of each MoE layer with their activation fused into the gate/up projection, for the compiled
-PoC forward (vLLM 0.20.1's layout; on 0.15.1 nothing qualifies and vLLM's own path runs).
+PoC forward (the layout of vLLM 0.20.1 to 0.28.0: the experts a layer's RoutedExperts holds since 0.25).
 
 On an H200 (Qwen3-30B-A3B shape, 1024 x 32) the experts of a PoC batch spent 222 ms in vLLM's Triton GEMMs, 13 ms
 in the activation kernel between them and 20 ms in the top-k sum. vLLM's Triton experts (`TritonExperts.apply`)
@@ -115,7 +115,7 @@ class SwigluTritonExperts:
         apply_router_weight_on_input: bool,
     ) -> None:
         if (
-            # 0.20.1 passes a MoEActivation, whose value is the name
+            # vLLM passes a MoEActivation, whose value is the name
             getattr(activation, "value", activation) != "silu"
             or expert_map is not None
             or a1q_scale is not None
@@ -143,20 +143,19 @@ def swiglu_expert_stand_ins(model: Any, tile: GateUpTile = DEFAULT_TILE) -> list
     experts without biases, on a CUDA build; [] when there are none or any MoE layer has other experts."""
     if not torch.cuda.is_available():
         return []
-    try:
-        from vllm.model_executor.layers.fused_moe.fused_moe import TritonExperts
-        from vllm.model_executor.layers.fused_moe.layer import FusedMoE
-    except ImportError:
-        return []
-    experts_of_layers = [_experts_of(module) for module in model.modules() if isinstance(module, FusedMoE)]
+    # vLLM 0.25 and 0.28 keep an MoE layer's weights and quant method in a RoutedExperts module (FusedMoE became a
+    # factory of the layer's runner) and the Triton experts in a module of their own.
+    from vllm.model_executor.layers.fused_moe.experts.triton_moe import TritonExperts
+    from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
+
+    experts_of_layers = [_experts_of(module) for module in model.modules() if isinstance(module, RoutedExperts)]
     if not experts_of_layers or not all(type(experts) is TritonExperts and _unquantized(experts) for experts in experts_of_layers):
         return []
     return [(experts, SwigluTritonExperts(experts, tile)) for experts in experts_of_layers]
 
 
 def _experts_of(layer: Any) -> Any:
-    # 0.20.1 keeps the modular kernel on the quant method as `moe_kernel` (0.15.1 names it `kernel`, with another
-    # apply signature: not stood in for).
+    # The modular kernel sits on the quant method as `moe_kernel` (0.20.1 to 0.28.0).
     kernel = getattr(layer.quant_method, "moe_kernel", None)
     return getattr(kernel, "fused_experts", None)
 

@@ -162,7 +162,7 @@ def _write_tokenizer(out_dir: Path) -> None:
     tokenizer.save_pretrained(str(out_dir))
     # transformers 5 writes its own tokenizer_config.json format (class TokenizersBackend), which
     # transformers 4 cannot load: written here in the format released checkpoints carry, which both
-    # read, so every supported vLLM (0.15.1 with transformers 4, 0.20.1 with 5) builds the same bytes.
+    # read, so any transformers (4 or 5) builds the same bytes.
     (out_dir / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(), indent=2, sort_keys=True) + "\n")
     # Only transformers 4 writes it, and it repeats tokenizer_config.json's special tokens.
     (out_dir / "special_tokens_map.json").unlink(missing_ok=True)

@@ -10,11 +10,13 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
+from server.metrics.callback_metrics import CallbackMetrics
 from server.metrics.endpoint import MetricsEndpoint
 from server.metrics.options import MetricsOptions
 from server.metrics.poc_metrics import PocMetrics
 from server.metrics.rpc_interceptor import MetricsInterceptor
 from server.metrics.rpc_metrics import RpcMetrics
+from server.poc.callback_sender import CallbackSender
 from server.poc.round_control import RoundControl
 
 log = logging.getLogger(__name__)
@@ -38,13 +40,14 @@ class ForwardedRegistry(Collector):
 
 
 class ServerMetrics:
-    def __init__(self, options: MetricsOptions, engine_registry: CollectorRegistry, rounds: RoundControl) -> None:
+    def __init__(self, options: MetricsOptions, engine_registry: CollectorRegistry, rounds: RoundControl, callbacks: CallbackSender) -> None:
         self.registry = CollectorRegistry()
         # The first of the server's interceptors (server.metrics.rpc_interceptor says why).
         self.interceptor = MetricsInterceptor(RpcMetrics(self.registry))
         poc = PocMetrics(rounds)
         rounds.add_observer(poc)
         self.registry.register(poc)
+        self.registry.register(CallbackMetrics(callbacks))
         self.registry.register(ForwardedRegistry(engine_registry))
         self._endpoint = MetricsEndpoint(self.registry, options)
 

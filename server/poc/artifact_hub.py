@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Union
 
+from server.errors import echoed
+
 from .artifacts import ArtifactBatch, NonceFailure
 from .round_buffer import RoundBuffer
 
@@ -121,9 +123,9 @@ class ArtifactHub:
         """Start a round; it becomes the current one (what subscribe(None) follows)."""
         self.drop_expired()
         if self._shut_down:
-            raise HubShutDown(f"cannot open round {round_id!r}: the hub is shut down")
+            raise HubShutDown(f"cannot open round {echoed(round_id)}: the hub is shut down")
         if round_id in self._rounds:
-            raise RoundExists(f"round {round_id!r} already exists")
+            raise RoundExists(f"round {echoed(round_id)} already exists")
         self._rounds[round_id] = _Round(round_id, RoundBuffer(k_dim, self._buffer_artifacts))
         self._current_id = round_id
 
@@ -132,7 +134,7 @@ class ArtifactHub:
         return the batch."""
         round_ = self._round(round_id)
         if round_.end_reason is not None:
-            raise RoundClosed(f"round {round_id!r} has ended ({round_.end_reason.value})")
+            raise RoundClosed(f"round {echoed(round_id)} has ended ({round_.end_reason.value})")
         batch = round_.buffer.append(nonces, vectors, failures)
         round_.notify()
         return batch
@@ -183,6 +185,11 @@ class ArtifactHub:
             end_detail=round_.end_detail,
         )
 
+    def holds(self, round_id: str) -> bool:
+        """Whether the round is open, or ended within the retention time."""
+        self.drop_expired()
+        return round_id in self._rounds
+
     def current_round_id(self) -> str | None:
         self.drop_expired()
         return self._current_id if self._current_id in self._rounds else None
@@ -212,7 +219,7 @@ class ArtifactHub:
         try:
             return self._rounds[round_id]
         except KeyError:
-            raise RoundNotFound(f"no PoC round {round_id!r}") from None
+            raise RoundNotFound(f"no PoC round {echoed(round_id)}") from None
 
     async def _events(self, round_: _Round, after_sequence: int) -> AsyncIterator[HubEvent]:
         buffer = round_.buffer

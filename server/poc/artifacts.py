@@ -54,8 +54,13 @@ class ArtifactBatch:
 
     def vector_b64(self, index: int) -> str:
         """Row `index` in the network's artifact encoding (standard base64 of 2k little-endian bytes)."""
-        if not 0 <= index < len(self.nonces):
-            raise IndexError(f"artifact index {index} outside [0, {len(self.nonces)})")
-        row = np.frombuffer(self.vectors, dtype=_LE_F16, count=self.k_dim, offset=index * self.k_dim * _LE_F16.itemsize)
-        # The consensus codec is the one validators decode with; going through it keeps the two in step.
-        return encode_vector(row.astype(np.float16))
+        return vector_b64(self.vectors, self.k_dim, index)
+
+
+def vector_b64(vectors: bytes, k_dim: int, index: int) -> str:
+    """Row `index` of `vectors` (rows of k_dim little-endian float16 values) in the network's artifact encoding."""
+    if not 0 <= index < len(vectors) // (k_dim * _LE_F16.itemsize):
+        raise IndexError(f"artifact index {index} outside the {len(vectors) // (k_dim * _LE_F16.itemsize)} rows")
+    row = np.frombuffer(vectors, dtype=_LE_F16, count=k_dim, offset=index * k_dim * _LE_F16.itemsize)
+    # The consensus codec is the one validators decode with; going through it keeps the two in step.
+    return encode_vector(row.astype(np.float16))

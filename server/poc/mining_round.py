@@ -4,7 +4,10 @@ Batches are issued two deep: while the engine core runs one batch's call, the ne
 behind it (utility calls run in order between engine steps), and each call names the batch after it,
 so the workers generate those inputs during the current forward. A stop lets the forwards already
 issued finish and publishes their artifacts: a forward in flight is never interrupted, and nothing
-produced is lost.
+produced is lost. A batch goes to the round's sinks (the durable callback store) before the hub publishes it,
+so whatever any subscriber has read is on disk already. A round ends only once the engine has answered every
+forward it issued, also one the engine-call timeout gave up on (the round fails at that timeout, but the
+forward runs on in the engine, and inference must stay out until it is over).
 """
 
 from __future__ import annotations
@@ -14,16 +17,16 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from engine_ext.consensus import nonce_batches
 from engine_ext.engine import MlnodeEngine
+from engine_ext.errors import EngineCallTimeout
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_WITHDRAWN, PocBatchResult
 from engine_ext.poc.withdrawal import Withdrawal
 from gonka.mlnode.v1 import poc_pb2
 from server.poc.artifact_hub import ArtifactHub
-from server.poc.artifacts import ArtifactBatch
 from server.poc.batch_runner import KvBlockNotes, PocBatchRunner, poc_batch
 from server.poc.outcomes import split_outcomes
 from server.poc.round_params import RoundParameters
@@ -44,7 +47,8 @@ class RoundState(enum.Enum):
 
 
 class ArtifactSink(Protocol):
-    def add(self, batch: ArtifactBatch) -> None: ...
+    def add(self, nonces: Sequence[int], vectors: bytes) -> None:
+        """Takes one batch before it is published; returns once it is durable."""
 
 
 class RoundFailed(RuntimeError):
@@ -105,6 +109,12 @@ class MiningRound:
             self._withdrawal.withdraw()
         self._stop.set()
 
+    def fail_to_start(self, error: BaseException) -> None:
+        """The round could not start (before its first forward): it ends FAILED without running."""
+        self.state = RoundState.FAILED
+        self.failure = f"the round could not start: {str(error) or repr(error)}"
+        self._stop.set()
+
     @property
     def ended(self) -> bool:
         return self.state in (RoundState.STOPPED, RoundState.FAILED)
@@ -141,6 +151,7 @@ class MiningRound:
             self.failure = str(error) or repr(error)
             log.error("round %s failed: %s", self.round_id, self.failure)
             self._withdrawal.withdraw()
+            await _engine_answered(error)
             await _settle(pending)
             self._last_forward_returned_at = self._clock()
         finally:
@@ -160,13 +171,16 @@ class MiningRound:
         previous_done = self._last_done_at if self._last_done_at is not None else self._first_issue_at
         self._last_done_at = now
         split = split_outcomes(nonces, result, self.params.artifacts.k_dim)
+        if split.nonces:
+            for sink in self._sinks:
+                sink.add(split.nonces, split.vectors)  # on disk before any subscriber can read it
         # A nonce without an artifact goes out as its own error in the batch; the others are published as usual.
         batch = self._hub.publish(self.round_id, split.nonces, split.vectors, split.failures)
+        self.last_sequence = batch.sequence
         if split.failures:
             self.nonces_failed += len(split.failures)
             log.warning("round %s: %d of %d nonces of batch %d have no artifact: %s", self.round_id, len(split.failures),
                         len(nonces), batch.sequence, ", ".join(f"{f.nonce} ({f.outcome.name})" for f in split.failures[:8]))
-        self.last_sequence = batch.sequence
         if not split.nonces:
             self.rejected_batches += 1
             self._consecutive_rejections += 1
@@ -174,8 +188,6 @@ class MiningRound:
                 raise RoundFailed(f"{self._consecutive_rejections} consecutive batches had no artifact (every nonce non-finite)")
             return
         self._consecutive_rejections = 0
-        for sink in self._sinks:
-            sink.add(batch)
         self.nonces_produced += len(split.nonces)
         self._batches += 1
         self._forward_seconds += result.forward_seconds
@@ -236,9 +248,16 @@ class MiningRound:
 
 
 async def _settle(pending: deque[tuple[list[int], asyncio.Future[PocBatchResult]]]) -> None:
-    """Waits for the calls already issued (the gate stays closed until the last forward returned)."""
+    """Waits until the engine has answered every call already issued (the gate stays closed until the last
+    forward has returned, in the engine: past the engine-call timeout too)."""
     for _, call in pending:
         try:
             await asyncio.shield(call)
-        except Exception:  # already failing; the engine's own error was reported
-            pass
+        except Exception as error:  # already failing; the engine's own error was reported
+            await _engine_answered(error)
+
+
+async def _engine_answered(error: BaseException) -> None:
+    """For a call the engine-call timeout gave up on: returns once the engine has answered it after all."""
+    if isinstance(error, EngineCallTimeout) and error.answered is not None:
+        await asyncio.wait({error.answered})

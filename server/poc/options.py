@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 # Seconds a recompute batch waits for free KV blocks before it is split (server.poc.batch_runner).
@@ -25,16 +25,19 @@ DEFAULT_GATE_RETRY_SECONDS = 5.0
 POC_FORWARDS = ("compiled", "eager", "off")
 
 
-def default_spool_path() -> str:
-    state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return str(Path(state_home) / "gonka-mlnode" / "callback-spool.jsonl")
+def default_callback_store(port: int, environment: Mapping[str, str] = os.environ) -> Path:
+    """One store per server: keyed by its port (two servers on one host never share a port), in the state
+    folder (XDG_STATE_HOME) of `environment`."""
+    state_home = environment.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state_home) / "gonka-mlnode" / f"callbacks-port-{port}.sqlite3"
 
 
 @dataclass(frozen=True)
 class PocOptions:
     buffer_artifacts: int = DEFAULT_BUFFER_ARTIFACTS
     retention_seconds: float = DEFAULT_RETENTION_SECONDS
-    spool_path: str = field(default_factory=default_spool_path)
+    # None: default_callback_store of the server's port (ServerOptions.callback_store resolves it).
+    callback_store: str | None = None
     callback_flush_seconds: float = DEFAULT_CALLBACK_FLUSH_SECONDS
     callback_interval_seconds: float = DEFAULT_CALLBACK_INTERVAL_SECONDS
     block_wait_seconds: float = DEFAULT_BLOCK_WAIT_SECONDS
@@ -50,11 +53,13 @@ def add_poc_arguments(parser: argparse.ArgumentParser) -> None:
                        help="artifacts a round keeps for subscribers that reconnect (default %(default)s)")
     group.add_argument("--poc-retention-s", type=_at_least(float, 0), default=DEFAULT_RETENTION_SECONDS,
                        help="seconds a stopped round's artifacts stay readable by subscribers (default %(default)s)")
-    group.add_argument("--poc-spool", default=None,
-                       help="file for callback bodies the receiver had not accepted at exit; delivered by the next "
-                            "start (default: $XDG_STATE_HOME/gonka-mlnode/callback-spool.jsonl)")
+    group.add_argument("--callback-store", default=None, metavar="PATH",
+                       help="the durable callback store (SQLite): every callback body from its production until its "
+                            "delivery, kept across restarts and kills; one server per store (default: "
+                            "$XDG_STATE_HOME/gonka-mlnode/callbacks-port-<port>.sqlite3)")
     group.add_argument("--poc-callback-flush-s", type=_at_least(float, 0), default=DEFAULT_CALLBACK_FLUSH_SECONDS,
-                       help="at exit, seconds callbacks get to deliver before the rest is spooled (default %(default)s)")
+                       help="at exit, seconds callbacks get to deliver; the rest stays in the store for the next "
+                            "start (default %(default)s)")
     group.add_argument("--poc-callback-interval-s", type=_at_least(float, 0, strictly=True), default=DEFAULT_CALLBACK_INTERVAL_SECONDS,
                        help="seconds between artifact callback POSTs (default %(default)s, as the deployed server)")
     group.add_argument("--poc-block-wait-s", type=_at_least(float, 0), default=DEFAULT_BLOCK_WAIT_SECONDS,
@@ -72,7 +77,7 @@ def poc_options_from(namespace: argparse.Namespace) -> PocOptions:
     return PocOptions(
         buffer_artifacts=namespace.poc_buffer_artifacts,
         retention_seconds=namespace.poc_retention_s,
-        spool_path=namespace.poc_spool or default_spool_path(),
+        callback_store=namespace.callback_store,
         callback_flush_seconds=namespace.poc_callback_flush_s,
         callback_interval_seconds=namespace.poc_callback_interval_s,
         block_wait_seconds=namespace.poc_block_wait_s,

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 import aiohttp
 
+# 4xx answers that say "later", not "never": retried like a 5xx.
+RETRYABLE_CLIENT_ERRORS = (408, 429)
+
 
 @dataclass(frozen=True)
 class RetrySchedule:
@@ -37,31 +40,46 @@ class RetrySchedule:
 
 
 class PostOutcome(enum.Enum):
-    DELIVERED = "delivered"  # some attempt got a status < 400
-    REFUSED = "refused"  # the last attempt reached the receiver and got a status >= 400
-    UNREACHABLE = "unreachable"  # the last attempt got no answer (connection error or timeout)
+    DELIVERED = "delivered"  # an attempt got a status < 400
+    REJECTED = "rejected"  # an attempt got a 4xx other than 408 and 429: the receiver refuses this body for good
+    FAILED = "failed"  # every attempt of the schedule failed (5xx, 408, 429, no answer, timeout)
+
+
+@dataclass(frozen=True)
+class PostResult:
+    outcome: PostOutcome
+    detail: str  # the last attempt's answer ("HTTP 200", "HTTP 503", "ClientConnectorError: ...")
+    answered: bool  # the last attempt got an HTTP answer (False: no connection, or no answer in time)
 
 
 async def post_with_retry(
     session: aiohttp.ClientSession,
     url: str,
-    body: Mapping[str, object],
+    body: bytes,
+    headers: Mapping[str, str],
     retry: RetrySchedule,
-    on_failed_attempt: Callable[[], None] = lambda: None,
-) -> PostOutcome:
-    """POST `body` as JSON until a status < 400 or the schedule runs out. Cancellation propagates at once."""
+    on_failed_attempt: Callable[[str], None],
+) -> PostResult:
+    """POST `body` (JSON) with `headers` until a status < 400, a final refusal or the end of the schedule;
+    `on_failed_attempt` hears of each failure. Cancellation propagates at once."""
     delays = retry.delays()
     timeout = aiohttp.ClientTimeout(total=retry.attempt_timeout)
+    sent_headers = {"Content-Type": "application/json", **headers}
     while True:
         try:
-            async with session.post(url, json=body, timeout=timeout) as response:
+            async with session.post(url, data=body, headers=sent_headers, timeout=timeout) as response:
+                detail, answered = f"HTTP {response.status}", True
                 if response.status < 400:
-                    return PostOutcome.DELIVERED
-                outcome = PostOutcome.REFUSED
-        except (aiohttp.ClientError, asyncio.TimeoutError):
-            outcome = PostOutcome.UNREACHABLE
-        on_failed_attempt()
+                    return PostResult(PostOutcome.DELIVERED, detail, answered)
+                if response.status < 500 and response.status not in RETRYABLE_CLIENT_ERRORS:
+                    on_failed_attempt(detail)
+                    return PostResult(PostOutcome.REJECTED, detail, answered)
+        except asyncio.TimeoutError:
+            detail, answered = f"no answer within {retry.attempt_timeout:g} s", False
+        except aiohttp.ClientError as error:
+            detail, answered = f"{type(error).__name__}: {error}", False
+        on_failed_attempt(detail)
         delay = next(delays, None)
         if delay is None:
-            return outcome
+            return PostResult(PostOutcome.FAILED, detail, answered)
         await asyncio.sleep(delay)

@@ -1,9 +1,13 @@
 """Starts, stops and tracks mining rounds; owns the order of everything around a round.
 
-Start: the gate closes (new inference refused), the inference service goes NOT_SERVING, every
-inference request in flight is aborted on both output paths, and only then is the first forward
-issued. End (stop, failure, nonces exhausted, shutdown): the forwards already issued return, the
-gate opens, health flips back, subscribers get their final message, the callback flushes.
+Start: the round is registered (StopRound, GetRoundStatus, subscriptions and shutdown find it from here
+on) and the gate closes (new inference refused) before the first await; then, in the round's own task,
+the inference service goes NOT_SERVING, every inference request in flight is aborted on both output
+paths, and only then is the first forward issued. StartRound answers once that is done. End (stop,
+failure, nonces exhausted, shutdown): the forwards already issued return (in the engine, also past the
+engine-call timeout), the gate opens, health flips back, subscribers get their final message, the
+callback flushes. An ended round stays readable for the hub's retention time (--poc-retention-s), for
+status and subscriptions alike, then is forgotten.
 """
 
 from __future__ import annotations
@@ -19,9 +23,10 @@ from grpc_health.v1 import health_pb2
 
 from engine_ext.engine import MlnodeEngine
 from gonka.mlnode.v1 import poc_pb2
-from server.errors import Reason, ServiceError
+from server.errors import Reason, ServiceError, echoed
 from server.poc.artifact_hub import ArtifactHub, EndReason
 from server.poc.batch_runner import PocBatchRunner
+from server.poc.callback_store import RoundCounts
 from server.poc.mining_round import ArtifactSink, MiningRound, RoundState
 from server.poc.priority_gate import PriorityGate
 from server.poc.round_params import RoundParameters
@@ -34,10 +39,10 @@ class HealthSetter(Protocol):
 
 
 class RoundCallback(ArtifactSink, Protocol):
-    """A started delivery of the round's artifacts (server.poc.callbacks.ArtifactCallback)."""
+    """The delivery of the round's artifacts (server.poc.callbacks.ArtifactCallback)."""
 
     def finish(self) -> None: ...
-    def counts(self) -> object: ...
+    def counts(self) -> RoundCounts: ...
 
 
 CallbackFactory = Callable[[str, RoundParameters], RoundCallback | None]
@@ -77,8 +82,6 @@ class RoundControl:
         self._rounds: dict[str, tuple[MiningRound, RoundCallback | None, asyncio.Task[None]]] = {}
         self._running: MiningRound | None = None
         self._latest: str | None = None
-        # StartRound calls are serialized: two at once must not both find no round running.
-        self._starting = asyncio.Lock()
         self._observers: list[RoundObserver] = []
 
     def add_observer(self, observer: RoundObserver) -> None:
@@ -89,34 +92,28 @@ class RoundControl:
         return self._running
 
     async def start(self, params: RoundParameters) -> MiningRound:
-        async with self._starting:
-            if self._running is not None:
-                raise _already_running(self._running)
-            round_id = uuid.uuid4().hex
-            callback = self._callback_factory(round_id, params)
-            sinks = [callback] if callback is not None else []
-            mining = MiningRound(round_id, params, self._engine, self._hub, self._runner, sinks)
-            self._gate.close(round_id)
-            self._running = mining
-            try:
-                for service in self._gated_services:
-                    await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
-                mining.preempted_streams = await self._engine.pause()
-                await self._health.set(self._poc_service, health_pb2.HealthCheckResponse.SERVING)
-                self._hub.open_round(round_id, params.artifacts.k_dim)
-            except BaseException:
-                # No forward was issued: hand everything back as it was.
-                await self._reopen()
-                if callback is not None:
-                    callback.finish()
-                raise
-            task = asyncio.create_task(self._drive(mining, callback), name=f"poc-round-{round_id}")
-            self._rounds[round_id] = (mining, callback, task)
-            self._latest = round_id
-            for observer in self._observers:
-                observer.round_started(mining)
-            log.info("round %s started (%d inference streams preempted)", round_id, mining.preempted_streams)
-            return mining
+        # No await before the round is registered: a StopRound, a status read or a shutdown at any
+        # instant of StartRound finds the round, and two StartRounds cannot both find none running.
+        if self._running is not None:
+            raise _already_running(self._running)
+        round_id = uuid.uuid4().hex
+        callback = self._callback_factory(round_id, params)
+        sinks = [callback] if callback is not None else []
+        mining = MiningRound(round_id, params, self._engine, self._hub, self._runner, sinks)
+        self._hub.open_round(round_id, params.artifacts.k_dim)
+        self._gate.close(round_id)
+        self._running = mining
+        self._latest = round_id
+        started = asyncio.get_running_loop().create_future()
+        # Read here even when the StartRound that waits for it has gone away.
+        started.add_done_callback(lambda future: future.cancelled() or future.exception())
+        task = asyncio.create_task(self._drive(mining, callback, started), name=f"poc-round-{round_id}")
+        self._rounds[round_id] = (mining, callback, task)
+        for observer in self._observers:
+            observer.round_started(mining)
+        # shield: a StartRound caller that goes away does not undo the start.
+        await asyncio.shield(started)
+        return mining
 
     async def stop(self, round_id: str | None) -> MiningRound:
         mining, _, task = self._entry(round_id)
@@ -128,24 +125,45 @@ class RoundControl:
     def round(self, round_id: str | None) -> MiningRound:
         return self._entry(round_id)[0]
 
-    def callback_counts(self, round_id: str) -> object | None:
-        callback = self._rounds[round_id][1]
+    def callback_counts(self, round_id: str) -> RoundCounts | None:
+        """The round's callback deliveries; None without a callback_url (or for a round just forgotten, which
+        --poc-retention-s 0 allows between a StopRound's end and its answer)."""
+        entry = self._rounds.get(round_id)
+        callback = None if entry is None else entry[1]
         return None if callback is None else callback.counts()
 
     async def shutdown(self) -> None:
-        """Stops the running round (its subscribers are told the server is shutting down); the
-        callbacks' bounded flush and spool are the deliveries' own shutdown."""
+        """Stops the running round (its subscribers are told the server is shutting down), waiting for the
+        engine's answer to its last forward at most the engine-call timeout (a stuck engine must not keep
+        the process up; what the round published is in the callback store already). The callbacks' bounded
+        flush is the sender's own shutdown."""
         if self._running is not None:
             running = self._running
             running.request_stop()
-            await asyncio.shield(self._rounds[running.round_id][2])
+            task = self._rounds[running.round_id][2]
+            await asyncio.wait({task}, timeout=self._engine.calls.timeout_seconds)
+            if not task.done():
+                log.warning("round %s: the engine has not answered its last forward; shutting down without it", running.round_id)
+                task.cancel()
+                await asyncio.wait({task})
         self._hub.shutdown("the server is shutting down")
 
     def _entry(self, round_id: str | None) -> tuple[MiningRound, RoundCallback | None, asyncio.Task[None]]:
+        self._forget_expired()
         wanted = round_id or (self._running.round_id if self._running is not None else self._latest)
         if wanted is None or wanted not in self._rounds:
-            raise round_not_found(f"round_id: no PoC round {round_id!r}" if round_id else "no PoC round has run on this server", round_id)
+            raise round_not_found(
+                f"round_id: no PoC round {echoed(round_id)} is running or retained" if round_id
+                else "no PoC round is running or retained on this server",
+                round_id,
+            )
         return self._rounds[wanted]
+
+    def _forget_expired(self) -> None:
+        """Ended rounds go when the hub drops them (its retention time): one rule for status and subscriptions."""
+        self._hub.drop_expired()
+        for round_id in [round_id for round_id, (_, _, task) in self._rounds.items() if task.done() and not self._hub.holds(round_id)]:
+            del self._rounds[round_id]
 
     async def _reopen(self) -> None:
         """Inference admitted again (unless the server is shutting down)."""
@@ -156,13 +174,31 @@ class RoundControl:
         for service in self._gated_services:
             await self._health.set(service, health_pb2.HealthCheckResponse.SERVING)
 
-    async def _drive(self, mining: MiningRound, callback: RoundCallback | None) -> None:
+    async def _prepare(self, mining: MiningRound) -> None:
+        for service in self._gated_services:
+            await self._health.set(service, health_pb2.HealthCheckResponse.NOT_SERVING)
+        mining.preempted_streams = await self._engine.pause()
+        await self._health.set(self._poc_service, health_pb2.HealthCheckResponse.SERVING)
+
+    async def _drive(self, mining: MiningRound, callback: RoundCallback | None, started: asyncio.Future[None]) -> None:
         try:
-            await mining.run()
+            try:
+                await self._prepare(mining)
+            except Exception as error:
+                # No forward was issued: the round ends FAILED, everything is handed back below.
+                mining.fail_to_start(error)
+                log.error("round %s could not start: %s", mining.round_id, mining.failure)
+                started.set_exception(error)
+            else:
+                started.set_result(None)
+                log.info("round %s started (%d inference streams preempted)", mining.round_id, mining.preempted_streams)
+                await mining.run()
         finally:
             # Every forward the round issued has returned (MiningRound.run settles them). Observers
             # hear of the end while the round is still the running one, with no await in between:
             # one that reads both (server.metrics) never sees its nonces twice or not at all.
+            if not started.done():
+                started.cancel()
             for observer in self._observers:
                 observer.round_ended(mining)
             await self._reopen()
@@ -173,7 +209,7 @@ class RoundControl:
                 reason = EndReason.SHUTTING_DOWN if reason is EndReason.STOPPED else reason
             self._hub.close_round(mining.round_id, reason, mining.failure)
             if callback is not None:
-                # The final flush runs on; the server's shutdown bounds it and spools the rest.
+                # What is pending goes at once; the server's shutdown bounds it, the store keeps the rest.
                 callback.finish()
             log.info("round %s ended: %s, %d nonces; %s", mining.round_id, mining.state.name, mining.nonces_produced,
                      mining.timing_summary())

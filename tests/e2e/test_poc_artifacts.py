@@ -29,7 +29,7 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from gonka.mlnode.client import InferenceClient
-from gonka.mlnode.v1 import inference_pb2, inference_pb2_grpc, poc_pb2, poc_pb2_grpc
+from gonka.mlnode.v1 import inference_pb2, inference_pb2_grpc, poc_pb2, poc_pb2_grpc, validation_pb2, validation_pb2_grpc
 from tests.support.poc_reference import (
     RPC_TIMEOUT,
     HfPocReference,
@@ -428,6 +428,55 @@ def test_an_unknown_round_id_is_not_found(poc: poc_pb2_grpc.PocServiceStub) -> N
     ):
         refusal = refused(call, request)
         assert (refusal.code, refusal.reason, refusal.field) == (grpc.StatusCode.NOT_FOUND, "ROUND_NOT_FOUND", "round_id"), (call, refusal)
+
+
+# Accepted by StartRound and ValidatePocArtifacts before (the last one forged a log line per failed POST).
+MALFORMED_CALLBACK_URLS = ["http://", "http:///generated", "http://[::1", "http://127.0.0.1:99999",
+                           "http://127.0.0.1:9100/v2/poc-batches/m\nINFO [server.poc] forged log line"]
+
+
+@pytest.mark.parametrize("url", MALFORMED_CALLBACK_URLS)
+def test_a_malformed_callback_url_is_refused_naming_the_field(
+    server: ServerProcess, poc: poc_pb2_grpc.PocServiceStub, model_name: str, url: str
+) -> None:
+    refusal = refused(poc.StartRound, round_request(model_name, callback_url=url))
+    assert (refusal.code, refusal.reason, refusal.field) == (INVALID, "INVALID_FIELD", "callback_url"), refusal
+    assert running_round_id(poc) is None
+    request = validation_pb2.ValidatePocArtifactsRequest(
+        block_hash=BLOCK_HASH, public_key=PUBLIC_KEY, params=poc_pb2.PocParams(model=model_name, seq_len=64),
+        artifacts=[validation_pb2.ClaimedArtifact(nonce=1, vector_b64="")], callback_url=url,
+        stat_test=validation_pb2.PocStatTest(dist_threshold=0.2, p_mismatch=0.1, p_value_threshold=0.05),
+    )
+    with grpc.insecure_channel(server.target) as channel:
+        with pytest.raises(grpc.RpcError) as caught:
+            list(validation_pb2_grpc.ValidationServiceStub(channel).ValidatePocArtifacts(request, timeout=RPC_TIMEOUT))
+    validation = refusal_of(caught.value)
+    assert (validation.code, validation.reason, validation.field) == (INVALID, "INVALID_FIELD", "callback_url"), validation
+    assert "\n" not in caught.value.details()  # quoted with its escapes
+
+
+@pytest.mark.parametrize("length", [4_000, 1_000_000], ids=["4kB", "1MB"])
+def test_an_unknown_id_of_any_length_is_not_found_and_echoed_cut(server: ServerProcess, poc: poc_pb2_grpc.PocServiceStub, length: int) -> None:
+    """A 4 kB id echoed whole overflowed the client's 8 KiB trailer limit: RESOURCE_EXHAUSTED, not NOT_FOUND."""
+    unknown = "r" * length
+    for call, request in (
+        (poc.StopRound, poc_pb2.StopRoundRequest(round_id=unknown)),
+        (poc.GetRoundStatus, poc_pb2.GetRoundStatusRequest(round_id=unknown)),
+        (poc.SubscribeArtifacts, poc_pb2.SubscribeArtifactsRequest(round_id=unknown)),
+    ):
+        with pytest.raises(grpc.RpcError) as caught:
+            result = call(request, timeout=RPC_TIMEOUT)
+            if not isinstance(result, poc_pb2.StopRoundResponse | poc_pb2.GetRoundStatusResponse):
+                list(result)
+        refusal = refusal_of(caught.value)
+        assert (refusal.code, refusal.reason, refusal.field) == (grpc.StatusCode.NOT_FOUND, "ROUND_NOT_FOUND", "round_id"), (call, refusal)
+        assert f"(cut: {length} characters)" in caught.value.details()
+    with grpc.insecure_channel(server.target) as channel:
+        with pytest.raises(grpc.RpcError) as caught:
+            inference_pb2_grpc.InferenceServiceStub(channel).Abort(inference_pb2.AbortRequest(request_id=unknown), timeout=RPC_TIMEOUT)
+    refusal = refusal_of(caught.value)
+    assert (refusal.code, refusal.reason, refusal.field) == (grpc.StatusCode.NOT_FOUND, "REQUEST_NOT_FOUND", "request_id"), refusal
+    assert f"(cut: {length} characters)" in caught.value.details()
 
 
 def test_the_server_serves_normally_after_bad_poc_input(

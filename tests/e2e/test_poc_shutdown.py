@@ -1,11 +1,13 @@
 """SIGTERM during a mining round whose callback receiver is down: subscribers get a final message, the
-process exits 0, and the next start delivers every spooled artifact. On the way, a subscriber that
-comes late to a small buffer is told exactly what it lost."""
+process exits 0 with every artifact of the round in its callback store, and the next start on the same
+port delivers them all. On the way, a subscriber that comes late to a small buffer is told exactly what it
+lost."""
 
 from __future__ import annotations
 
 import base64
 import signal
+import sqlite3
 import threading
 from pathlib import Path
 
@@ -14,18 +16,24 @@ import grpc
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import inference_pb2_grpc, poc_pb2, poc_pb2_grpc
 from tests.support.http_receiver import HttpReceiver
-from tests.support.server_process import SERVER_LAYER_FLAGS, free_port, start_server
+from server.poc.options import default_callback_store
+from tests.support.server_process import SERVER_LAYER_FLAGS, engine_environment, free_port, start_server
 
 K = 12
 
 
-def test_sigterm_during_a_round_spools_and_the_next_start_delivers(tmp_path: Path, model_dir: Path) -> None:
-    spool = tmp_path / "spool.jsonl"
+def pending_artifacts(store: Path) -> int:
+    with sqlite3.connect(store) as db:
+        return db.execute("SELECT COALESCE(SUM(artifacts), 0) FROM callbacks WHERE state = 'pending'").fetchone()[0]
+
+
+def test_sigterm_during_a_round_keeps_everything_and_the_next_start_delivers(tmp_path: Path, model_dir: Path) -> None:
     receiver_port = free_port()  # nothing listens there during the first run
+    port = free_port()
+    store = default_callback_store(port, engine_environment())
     # A buffer of 8 batches: a late subscriber is told exactly what it lost.
-    flags = ["--poc-spool", str(spool), "--poc-callback-flush-s", "1", "--poc-callback-interval-s", "0.5",
-             "--poc-buffer-artifacts", "64", *SERVER_LAYER_FLAGS]
-    server = start_server(tmp_path / "first.log", flags)
+    flags = ["--poc-callback-flush-s", "1", "--poc-callback-interval-s", "0.5", "--poc-buffer-artifacts", "64", *SERVER_LAYER_FLAGS]
+    server = start_server(tmp_path / "first.log", flags, port=port)
     produced: dict[int, str] = {}
     missed: list[int] = []  # artifacts the reader itself came too late for (a stalled test process)
     ends: list[poc_pb2.SubscriptionEnd] = []
@@ -66,12 +74,12 @@ def test_sigterm_during_a_round_spools_and_the_next_start_delivers(tmp_path: Pat
     finally:
         server.stop()
     assert [end.reason for end in ends] == [poc_pb2.SUBSCRIPTION_END_REASON_SERVER_SHUTTING_DOWN]
-    assert spool.stat().st_size > 0
     round_artifacts = ends[0].last_sequence * 8
     assert len(produced) + sum(missed) == round_artifacts
+    assert pending_artifacts(store) == round_artifacts
 
     with HttpReceiver(port=receiver_port) as receiver:
-        second = start_server(tmp_path / "second.log", flags)
+        second = start_server(tmp_path / "second.log", flags, port=port)
         try:
             def delivered(r: HttpReceiver) -> dict[int, str]:
                 return {a["nonce"]: a["vector_b64"] for body in r.received("/generated") for a in body["artifacts"]}
@@ -81,3 +89,4 @@ def test_sigterm_during_a_round_spools_and_the_next_start_delivers(tmp_path: Pat
             assert second.stop() == 0
     assert len(delivered(receiver)) == round_artifacts
     assert {nonce: vector for nonce, vector in delivered(receiver).items() if nonce in produced} == produced
+    assert pending_artifacts(store) == 0

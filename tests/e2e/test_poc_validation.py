@@ -154,6 +154,9 @@ def test_a_callback_receiver_that_fails_twice_gets_every_artifact(client: Infere
         assert receiver.wait_for(lambda r: len(delivered(r)) >= len(produced), timeout=60)
         assert receiver.attempts > 2
         bodies = receiver.received("/generated")
+        keys = receiver.keys("/generated")
+    # Every body names itself, so a receiver can tell a repeat (a body it took whose answer was lost) from news.
+    assert all(keys) and len(set(keys)) == len(keys), keys
     assert delivered(receiver) == produced
     assert all(n % 2 == 1 for n in produced)  # node 1 of 2: odd nonces only
     for body in bodies:

@@ -171,6 +171,17 @@ def test_a_foreign_worker_extension_is_refused_with_a_clear_message() -> None:
     assert "Traceback" not in completed.stderr
 
 
+def test_vllms_v2_model_runner_is_refused_with_a_clear_message() -> None:
+    # The seams need the V1 runner; vLLM 0.25 and later build V2 when asked (and by default for some models on CUDA,
+    # which the start-up check of the built runner catches: tests/gpu).
+    env = engine_environment()
+    env["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    completed = run_server("--port", "0", env=env)
+    assert completed.returncode == 2, completed.stderr[-2000:]
+    assert "VLLM_USE_V2_MODEL_RUNNER=1 is not supported" in completed.stderr
+    assert "Traceback" not in completed.stderr
+
+
 def test_a_kv_connector_is_refused_with_a_clear_message() -> None:
     # The server's packed logprobs ride in kv_transfer_params, which a KV connector uses for its own.
     completed = run_server(

@@ -80,6 +80,9 @@ def test_server_status_reports_the_plugin_in_every_engine_process(server, client
         assert process.pid != server.pid  # the plugin ran in vLLM's own processes, not only the API's
         assert public_version(process.vllm_version) == installed_vllm_version()
         assert set(process.seams) == expected_engine_seams()
+    # Each worker names the model runner it built: vLLM's V1 runner, which the server checked before serving.
+    runners = {process.model_runner for process in detailed.engine_processes if process.role == pb.EngineProcess.ROLE_WORKER}
+    assert runners == {"vllm.v1.worker.cpu_model_runner.CPUModelRunner"}
 
 
 def test_health_reports_serving_for_the_server_and_each_service(server) -> None:

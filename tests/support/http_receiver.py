@@ -1,5 +1,6 @@
-"""A real HTTP receiver on 127.0.0.1 for callback tests: records every POST body by path, and can
-answer the first N of them 503 (as the network's API node does outside its accepting windows)."""
+"""A real HTTP receiver on 127.0.0.1 for callback tests: records every POST body by path (with its
+Idempotency-Key header), and can answer the first N of them 503 (as the network's API node does outside
+its accepting windows), or with another status (400: a body it rejects)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from aiohttp import web
 
 
 class HttpReceiver:
-    def __init__(self, fail_first: int = 0, port: int = 0) -> None:
+    def __init__(self, fail_first: int = 0, port: int = 0, fail_status: int = 503) -> None:
         self.fail_first = fail_first
+        self.fail_status = fail_status
         self.attempts = 0
         self.bodies: dict[str, list[dict[str, Any]]] = {}
+        self.idempotency_keys: dict[str, list[str | None]] = {}
         self._port = port
         self._lock = threading.Lock()
         self._loop = asyncio.new_event_loop()
@@ -42,6 +45,11 @@ class HttpReceiver:
     def received(self, path: str) -> list[dict[str, Any]]:
         with self._lock:
             return list(self.bodies.get(path, []))
+
+    def keys(self, path: str) -> list[str | None]:
+        """The Idempotency-Key of each body received() returns, in the same order (None: no header)."""
+        with self._lock:
+            return list(self.idempotency_keys.get(path, []))
 
     def wait_for(self, condition: Callable[["HttpReceiver"], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -73,6 +81,7 @@ class HttpReceiver:
         with self._lock:
             self.attempts += 1
             if self.attempts <= self.fail_first:
-                return web.Response(status=503, text="not accepting now")
+                return web.Response(status=self.fail_status, text="not accepting now")
             self.bodies.setdefault(request.path, []).append(body)
+            self.idempotency_keys.setdefault(request.path, []).append(request.headers.get("Idempotency-Key"))
         return web.Response(status=200, text="ok")

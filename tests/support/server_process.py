@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -28,9 +29,9 @@ POLL_INTERVAL_MS = 500
 # - A fixed per-step token budget and prefix caching, which the chunked-prefill test relies on.
 MAX_TOKENS_PER_STEP = 2048
 # For servers whose tests are about the server around the engine (TLS and tokens, limits, liveness, metrics, shutdown,
-# spooling): vLLM without its compiled graph, the PoC forward uncompiled. A start took 18 s instead of 44 on 0.15.1,
-# 43 s instead of 64 on 0.20.1 (this CPU); the shared server, the cross-version servers and every test of what the
-# engine computes keep the production configuration.
+# the callback store): vLLM without its compiled graph, the PoC forward uncompiled. A start took 18 s instead of 44 on
+# 0.15.1, 43 s instead of 64 on 0.20.1 (this CPU, when those were the releases); the shared server, the cross-version
+# servers and every test of what the engine computes keep the production configuration.
 SERVER_LAYER_FLAGS = ["--enforce-eager", "--poc-forward", "eager"]
 SHARED_SERVER_FLAGS = [
     "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
@@ -62,7 +63,7 @@ def engine_environment(kv_cache_gib: int = 1) -> dict[str, str]:
     # A token in the developer's shell would lock the suite's servers; tests that want one set it.
     env.pop("MLNODE_AUTH_TOKEN", None)
     env.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
-    # Test servers keep their callback spool (server.poc) out of the developer's own state folder, and out of
+    # Test servers keep their callback stores (server.poc) out of the developer's own state folder, and out of
     # another test run's (make test-all runs two releases' suites at once).
     env["XDG_STATE_HOME"] = str(state_home_of_test_servers())
     # Every engine process that runs inductor on a CPU (vLLM 0.20's sampler warm-up, compiled graphs) first probes
@@ -75,7 +76,7 @@ def engine_environment(kv_cache_gib: int = 1) -> dict[str, str]:
 
 def state_home_of_test_servers() -> Path:
     """The state folder of this process's test servers (XDG_STATE_HOME): shared by the servers one test run starts
-    one after another (a spool written by one is delivered by the next), apart from any other run's."""
+    one after another (a store left by one is delivered by the next on the same port), apart from any other run's."""
     return Path(tempfile.gettempdir()) / f"gonka-mlnode-test-state-{os.getpid()}"
 
 
@@ -102,6 +103,16 @@ class ServerProcess:
     def wait(self, timeout: float) -> int:
         return self.process.wait(timeout)
 
+    def kill_alone(self, timeout: float = 30.0) -> None:
+        """SIGKILL to the server process only, as the OOM killer sends it; then the same to the engine processes
+        it leaves behind (vLLM's engine core runs on when its parent is killed so, holding its memory)."""
+        orphans = _descendants(self.pid)
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(timeout)
+        for pid in orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
     def stop(self, timeout: float = 60.0) -> int | None:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
@@ -111,6 +122,14 @@ class ServerProcess:
                 self.process.kill()
                 self.process.wait()
         return self.process.returncode
+
+
+def _descendants(pid: int) -> list[int]:
+    children: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            children += [int(child) for child in (task / "children").read_text().split()]
+    return [descendant for child in children for descendant in (child, *_descendants(child))]
 
 
 def start_server(

@@ -1,16 +1,21 @@
 """The round's batch loop and its control, against a stand-in engine for what a real one cannot be
-driven into on demand: nonces whose values are non-finite, and exact control over when forwards return.
-(The real engine's rounds are tested end to end in tests/e2e/test_poc_*.py.)"""
+driven into on demand: nonces whose values are non-finite, and exact control over when forwards and the
+round's start-up awaits return. (The real engine's rounds are tested end to end in tests/e2e/test_poc_*.py.)"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 
+import grpc
+import pytest
 from grpc_health.v1 import health_pb2
 
 from engine_ext.consensus import HeadOutcome
+from engine_ext.engine_calls import EngineCalls
 from engine_ext.poc.batch import BATCH_OK, BATCH_WITHDRAWN, PocBatch, PocBatchResult
-from server.poc.artifact_hub import ArtifactHub, BatchEvent, EndEvent, EndReason
+from server.errors import ServiceError
+from server.poc.artifact_hub import ArtifactHub, BatchEvent, EndEvent, EndReason, RoundNotFound
 from server.poc.batch_runner import PocBatchRunner
 from server.poc.mining_round import MAX_CONSECUTIVE_REJECTIONS, RoundState
 from server.poc.priority_gate import PriorityGate
@@ -35,6 +40,7 @@ class StandInEngine:
         self.failing = failing or {}
         self.batches: list[PocBatch] = []
         self.paused = False
+        self.calls = EngineCalls(timeout_seconds=30, stuck_after_seconds=120)
 
     async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
         import os
@@ -159,3 +165,133 @@ def _batches(hub: ArtifactHub, round_id: str):
         return [event.batch async for event in hub.subscribe(round_id) if isinstance(event, BatchEvent)]
 
     return asyncio.run(read())
+
+
+class StallingEngine(StandInEngine):
+    """pause() (aborting the inference in flight) waits until the test lets it return: the round's start-up
+    held open at its await, as a real engine holds it for as long as the abort takes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.pausing = asyncio.Event()
+        self.let_pause_return = asyncio.Event()
+
+    async def pause(self) -> int:
+        self.pausing.set()
+        await self.let_pause_return.wait()
+        return await super().pause()
+
+
+def test_a_stop_inside_start_round_is_honoured_and_finds_the_round() -> None:
+    async def scenario():
+        engine, hub, gate, health = StallingEngine(), ArtifactHub(1000, 60), PriorityGate(), Health()
+        control = control_of(engine, hub, gate, health)
+        starting = asyncio.create_task(control.start(PARAMS))
+        await engine.pausing.wait()  # StartRound is inside its start-up
+        assert control.round(None).state is RoundState.GENERATING
+        stopping = asyncio.create_task(control.stop(None))
+        await asyncio.sleep(0.05)
+        engine.let_pause_return.set()
+        started, stopped = await asyncio.wait_for(asyncio.gather(starting, stopping), 5)
+        return started, stopped, engine, gate, health
+
+    started, stopped, engine, gate, health = asyncio.run(scenario())
+    assert started is stopped and stopped.state is RoundState.STOPPED
+    assert engine.batches == []  # stopped before its first forward
+    assert not gate.closed and not engine.paused
+    assert health.status[INFERENCE] == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_shutdown_inside_start_round_stops_the_round_and_ends_its_subscribers() -> None:
+    async def scenario():
+        engine, hub, gate, health = StallingEngine(), ArtifactHub(1000, 60), PriorityGate(), Health()
+        control = control_of(engine, hub, gate, health)
+        starting = asyncio.create_task(control.start(PARAMS))
+        await engine.pausing.wait()
+        shutting_down = asyncio.create_task(control.shutdown())
+        await asyncio.sleep(0.05)
+        engine.let_pause_return.set()
+        mining, _ = await asyncio.wait_for(asyncio.gather(starting, shutting_down), 5)
+        return mining, [event async for event in hub.subscribe(mining.round_id)], gate
+
+    mining, events, gate = asyncio.run(scenario())
+    assert mining.state is RoundState.STOPPED and not gate.closed
+    assert isinstance(events[-1], EndEvent) and events[-1].reason is EndReason.STOPPED
+
+
+class SlowForwardEngine(StandInEngine):
+    """Forwards that outlast the engine-call timeout, called through the real EngineCalls."""
+
+    FORWARD_SECONDS = 0.4
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls = EngineCalls(timeout_seconds=0.05, stuck_after_seconds=120)
+        self.in_flight = 0
+
+    async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
+        return await self.calls.call("PoC forward", self._forward(batch))
+
+    async def _forward(self, batch: PocBatch) -> PocBatchResult:
+        self.in_flight += 1
+        try:
+            await asyncio.sleep(self.FORWARD_SECONDS)
+            return await super().poc_forward(batch)
+        finally:
+            self.in_flight -= 1
+
+
+class RecordingGate(PriorityGate):
+    """Notes the engine's forwards in flight each time the gate opens."""
+
+    def __init__(self, engine: SlowForwardEngine) -> None:
+        super().__init__()
+        self._engine = engine
+        self.in_flight_at_open: list[int] = []
+
+    def open(self) -> None:
+        self.in_flight_at_open.append(self._engine.in_flight)
+        super().open()
+
+
+def test_the_gate_opens_only_after_the_engine_answered_a_forward_the_timeout_gave_up_on() -> None:
+    async def scenario():
+        engine = SlowForwardEngine()
+        hub, gate, health = ArtifactHub(1000, 60), RecordingGate(engine), Health()
+        control = control_of(engine, hub, gate, health)
+        mining = await control.start(PARAMS)
+        while mining.state is RoundState.GENERATING:
+            await asyncio.sleep(0.005)
+        failed_with_gate_closed = gate.closed and engine.in_flight > 0
+        await control.stop(mining.round_id)
+        return mining, gate, failed_with_gate_closed
+
+    mining, gate, failed_with_gate_closed = asyncio.run(scenario())
+    assert mining.state is RoundState.FAILED and "did not answer PoC forward within 0.05 s" in mining.failure
+    assert failed_with_gate_closed
+    assert gate.in_flight_at_open == [0]
+
+
+def test_an_ended_round_is_forgotten_after_the_retention_time_by_status_and_subscriptions_alike() -> None:
+    retention = 0.2
+
+    async def scenario():
+        engine, hub, gate, health = StandInEngine(), ArtifactHub(1000, retention), PriorityGate(), Health()
+        control = control_of(engine, hub, gate, health)
+        mining = await control.start(PARAMS)
+        await control.stop(mining.round_id)
+        ended = time.monotonic()
+        assert control.round(mining.round_id) is mining  # within the retention time
+        await asyncio.sleep(retention * 1.5)
+        assert time.monotonic() - ended >= retention
+        with pytest.raises(ServiceError) as status:
+            control.round(mining.round_id)
+        with pytest.raises(ServiceError) as latest:
+            control.round(None)
+        with pytest.raises(RoundNotFound):
+            hub.subscribe(mining.round_id)
+        return status.value, latest.value
+
+    status, latest = asyncio.run(scenario())
+    assert (status.code, status.field) == (grpc.StatusCode.NOT_FOUND, "round_id")
+    assert latest.code == grpc.StatusCode.NOT_FOUND

@@ -75,7 +75,7 @@ def test_minus_infinity_passes_through_unchanged() -> None:
 def test_every_finish_reason_of_vllm_has_a_project_reason() -> None:
     from vllm.v1.engine import FinishReason as VllmFinishReason
 
-    # vLLM 0.20 adds `repetition`, reported only to requests that ask for its repetition detection,
+    # vLLM (0.20 and later) adds `repetition`, reported only to requests that ask for its repetition detection,
     # which this server never sets (engine_ext.generation_request builds every SamplingParams).
     reported = [reason for reason in VllmFinishReason if str(reason) != "repetition"]
     assert [finish_reason(reason) for reason in reported] == list(FinishReason)

@@ -11,7 +11,7 @@ from vllm import SamplingParams
 from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine import EngineCoreEvent, EngineCoreEventType, EngineCoreOutput, EngineCoreRequest, FinishReason
 from vllm.v1.engine.output_processor import OutputProcessor
-from vllm.v1.metrics.stats import IterationStats
+from vllm.v1.metrics.stats import IterationStats, PrefillStats
 
 from engine_ext.token_streams import TokenStreams
 
@@ -27,36 +27,30 @@ EVENTS = [EngineCoreEvent(EngineCoreEventType.QUEUED, 50.0), EngineCoreEvent(Eng
 
 
 CACHED = 2
-# The same id on both paths (each test has its own processor): vLLM 0.20 records it per finished request.
+# The same id on both paths (each test has its own processor): vLLM (0.20 and later) records it per finished request.
 REQUEST_ID = "request-1"
 
 
 def engine_request(request_id: str) -> EngineCoreRequest:
     params = SamplingParams(max_tokens=4, detokenize=False, output_kind=RequestOutputKind.DELTA)
-    fields = {
-        "request_id": request_id, "prompt_token_ids": list(PROMPT), "mm_features": None, "sampling_params": params,
-        "pooling_params": None, "eos_token_id": 0, "arrival_time": ARRIVAL, "lora_request": None, "cache_salt": None,
-        "data_parallel_rank": None, "external_req_id": request_id,
-    }
-    # vLLM 0.20 dropped eos_token_id from the request.
-    return EngineCoreRequest(**{name: value for name, value in fields.items() if name in EngineCoreRequest.__struct_fields__})
+    return EngineCoreRequest(
+        request_id=request_id, prompt_token_ids=list(PROMPT), mm_features=None, sampling_params=params,
+        pooling_params=None, arrival_time=ARRIVAL, lora_request=None, cache_salt=None, data_parallel_rank=None,
+        external_req_id=request_id,
+    )
 
 
 def engine_output(request_id: str, tokens: list[int], finish: FinishReason | None, first: bool) -> EngineCoreOutput:
-    """One step's output, with the prefix-cache report in this vLLM's form: vLLM 0.15 puts the count on
-    every output, 0.20 puts prefill stats on the output that ends the prefill."""
+    """One step's output, with the prefix-cache report as vLLM gives it: prefill stats on the output that ends the
+    prefill."""
     events = EVENTS if first else None
-    if "num_cached_tokens" in EngineCoreOutput.__struct_fields__:
-        return EngineCoreOutput(request_id, tokens, finish_reason=finish, num_cached_tokens=CACHED, events=events)
-    from vllm.v1.metrics.stats import PrefillStats
-
     prefill = PrefillStats()
     prefill.set(num_prompt_tokens=len(PROMPT), num_local_cached_tokens=CACHED, num_external_cached_tokens=0)
     return EngineCoreOutput(request_id, tokens, finish_reason=finish, prefill_stats=prefill if first else None, events=events)
 
 
 def recorded_stats(stats: IterationStats) -> dict:
-    # vLLM 0.20 derives num_prompt_tokens (a property) from its prompt-token stats.
+    # vLLM (0.20 and later) derives num_prompt_tokens (a property) from its prompt-token stats.
     return {**vars(stats), "num_prompt_tokens": stats.num_prompt_tokens}
 
 

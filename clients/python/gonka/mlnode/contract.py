@@ -24,8 +24,8 @@ from google.protobuf import descriptor_pb2
 import gonka.mlnode.v1
 
 # Written by `make contract`: the previous commit's revision, plus one when the digest changed.
-REVISION = 3
-DIGEST = "sha256:7d46591f89640c9080adb46e8b0c90dccb4b8524853b017c9b9988db5037c6ed"
+REVISION = 4
+DIGEST = "sha256:a8c2f2b7ecf84fe08f98f16b4bf74db52a1aae62b383902d56a9aa504dd13fb8"
 
 
 def stub_digest() -> str:

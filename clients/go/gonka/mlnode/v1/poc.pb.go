@@ -303,16 +303,20 @@ type StartRoundRequest struct {
 	BatchSize *int32 `protobuf:"varint,9,opt,name=batch_size,json=batchSize,proto3,oneof" json:"batch_size,omitempty"`
 	// The stronger input RNG (spec section 3), off until the chain votes it on. Default false.
 	StrongerRng bool `protobuf:"varint,10,opt,name=stronger_rng,json=strongerRng,proto3" json:"stronger_rng,omitempty"`
-	// Optional, an http:// or https:// URL (INVALID_FIELD otherwise; trailing slashes are dropped).
-	// Set: the round's artifacts are also POSTed to {callback_url}/generated, every
-	// --poc-callback-interval-s (default 5 s) everything not yet sent in one JSON body (the deployed
-	// server's: public_key, block_hash, block_height, node_id, artifacts [{nonce, vector_b64}],
-	// encoding), and the rest at once when the round ends; each body is retried on the deployed
-	// schedule (10 attempts, 1 s doubling to 30 s). A body the receiver refuses (HTTP status >= 400)
-	// through the whole schedule is given up; one that never reaches it, and what is still
-	// undelivered when the server exits (after --poc-callback-flush-s), is spooled to disk and
-	// delivered by the next start. Delivery is at least once. RoundStatus.callback counts all this.
-	// Empty: no callback.
+	// Optional, an http:// or https:// URL with a host, a port from 1 to 65535 if any, no query or
+	// fragment, no control character or whitespace, at most 2048 characters (INVALID_FIELD
+	// otherwise; trailing slashes are dropped).
+	// Set: every batch of the round is written to the server's durable callback store
+	// (--callback-store) before any subscriber receives it, and POSTed to {callback_url}/generated:
+	// every --poc-callback-interval-s (default 5 s) everything not yet sent in one JSON body (the
+	// deployed server's: public_key, block_hash, block_height, node_id, artifacts [{nonce,
+	// vector_b64}], encoding), the rest at once when the round ends, each body retried on the
+	// deployed schedule (10 attempts, 1 s doubling to 30 s) and, where the whole schedule failed, in
+	// later passes. Every POST carries an Idempotency-Key header (a repeat of a body carries its
+	// key again). A body is given up when the receiver answers a 4xx other than 408 and 429, or 24 h
+	// after it was produced; nothing else is dropped: what is undelivered when the server stops, is
+	// killed or crashes is delivered after its next start. Delivery is at least once.
+	// RoundStatus.callback counts all this. Empty: no callback.
 	CallbackUrl string `protobuf:"bytes,11,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
 }
 
@@ -885,7 +889,8 @@ func (x *RoundStatus) GetNoncesFailed() int64 {
 }
 
 // A round's callback deliveries so far, in artifacts (not POST bodies) except failed_attempts.
-// Every artifact produced is in exactly one of delivered, pending, spooled and given_up.
+// Every artifact produced is in exactly one of delivered, pending, spooled and given_up, and every
+// one of them is in the callback store.
 type CallbackCounts struct {
 	state         protoimpl.MessageState
 	sizeCache     protoimpl.SizeCache
@@ -895,11 +900,11 @@ type CallbackCounts struct {
 	Delivered int64 `protobuf:"varint,1,opt,name=delivered,proto3" json:"delivered,omitempty"`
 	// Produced, not yet settled: waiting for the next body, or in the body being sent or retried.
 	Pending int64 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"`
-	// Written to the spool file for the next start to deliver: the receiver was unreachable through
-	// the whole retry schedule, or the server exited before they were settled.
+	// Not yet settled either, after a whole retry schedule failed (HTTP 5xx, 408 or 429, or no
+	// answer): tried again, a whole schedule at a time, every 60 s, until delivered or given up.
 	Spooled int64 `protobuf:"varint,3,opt,name=spooled,proto3" json:"spooled,omitempty"`
-	// Dropped: the receiver answered HTTP status >= 400 through the whole retry schedule (its last
-	// attempt was refused), as the deployed server drops them.
+	// Given up: the receiver answered a 4xx other than 408 and 429 (the deployed server gives up
+	// after its retry schedule, whatever the answer), or 24 h passed, or the body cannot be sent.
 	GivenUp int64 `protobuf:"varint,4,opt,name=given_up,json=givenUp,proto3" json:"given_up,omitempty"`
 	// POST attempts that failed (HTTP status >= 400, connection error or a 10 s attempt timeout),
 	// each retry counted.

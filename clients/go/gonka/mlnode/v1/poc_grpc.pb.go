@@ -40,17 +40,20 @@ type PocServiceClient interface {
 	// has returned (the forward in flight finishes, the one queued behind it is withdrawn; nothing
 	// produced is lost), the inference gate is open again and subscribers have been told the round
 	// ended. Stopping a round that has already ended returns its status unchanged. A caller that
-	// cancels does not cancel the stop.
+	// cancels does not cancel the stop. A stop discards nothing: the round's artifacts not yet
+	// delivered to its callback_url stay in the callback store and are delivered after it (the
+	// deployed server drops them). A StopRound sent while StartRound is still starting the round
+	// (aborting inference in flight) stops it; no forward runs then.
 	// Errors: NOT_FOUND (ROUND_NOT_FOUND; field round_id when one was named): no round with that id
-	// has run since the server started, or, with round_id empty, no round has run at all.
+	// is running or within --poc-retention-s of its end, or, with round_id empty, none is.
 	// INTERNAL (INTERNAL_ERROR): an unexpected server failure (logged).
 	StopRound(ctx context.Context, in *StopRoundRequest, opts ...grpc.CallOption) (*StopRoundResponse, error)
-	// The status of the running round, or of the one named. Every round started since the server
-	// started stays readable here (for as long as the process runs; --poc-retention-s bounds only
-	// SubscribeArtifacts).
-	// Errors: NOT_FOUND (ROUND_NOT_FOUND; field round_id when one was named): no such round has run
-	// since the server started, or none at all. INTERNAL (INTERNAL_ERROR): an unexpected server
-	// failure (logged).
+	// The status of the running round, or of the one named. An ended round stays readable here for
+	// --poc-retention-s after its end (default 600 s), as for SubscribeArtifacts, then is forgotten.
+	// Errors: NOT_FOUND (ROUND_NOT_FOUND; field round_id when one was named): no such round is
+	// running or retained, or, with round_id empty, none is. An id of any length is NOT_FOUND; the
+	// message quotes at most its first 64 characters. INTERNAL (INTERNAL_ERROR): an unexpected
+	// server failure (logged).
 	GetRoundStatus(ctx context.Context, in *GetRoundStatusRequest, opts ...grpc.CallOption) (*GetRoundStatusResponse, error)
 	// A round's artifacts as they are produced, batch by batch in sequence order, from
 	// after_sequence + 1 on. Any number of subscribers; publishing never waits for one. The server
@@ -212,17 +215,20 @@ type PocServiceServer interface {
 	// has returned (the forward in flight finishes, the one queued behind it is withdrawn; nothing
 	// produced is lost), the inference gate is open again and subscribers have been told the round
 	// ended. Stopping a round that has already ended returns its status unchanged. A caller that
-	// cancels does not cancel the stop.
+	// cancels does not cancel the stop. A stop discards nothing: the round's artifacts not yet
+	// delivered to its callback_url stay in the callback store and are delivered after it (the
+	// deployed server drops them). A StopRound sent while StartRound is still starting the round
+	// (aborting inference in flight) stops it; no forward runs then.
 	// Errors: NOT_FOUND (ROUND_NOT_FOUND; field round_id when one was named): no round with that id
-	// has run since the server started, or, with round_id empty, no round has run at all.
+	// is running or within --poc-retention-s of its end, or, with round_id empty, none is.
 	// INTERNAL (INTERNAL_ERROR): an unexpected server failure (logged).
 	StopRound(context.Context, *StopRoundRequest) (*StopRoundResponse, error)
-	// The status of the running round, or of the one named. Every round started since the server
-	// started stays readable here (for as long as the process runs; --poc-retention-s bounds only
-	// SubscribeArtifacts).
-	// Errors: NOT_FOUND (ROUND_NOT_FOUND; field round_id when one was named): no such round has run
-	// since the server started, or none at all. INTERNAL (INTERNAL_ERROR): an unexpected server
-	// failure (logged).
+	// The status of the running round, or of the one named. An ended round stays readable here for
+	// --poc-retention-s after its end (default 600 s), as for SubscribeArtifacts, then is forgotten.
+	// Errors: NOT_FOUND (ROUND_NOT_FOUND; field round_id when one was named): no such round is
+	// running or retained, or, with round_id empty, none is. An id of any length is NOT_FOUND; the
+	// message quotes at most its first 64 characters. INTERNAL (INTERNAL_ERROR): an unexpected
+	// server failure (logged).
 	GetRoundStatus(context.Context, *GetRoundStatusRequest) (*GetRoundStatusResponse, error)
 	// A round's artifacts as they are produced, batch by batch in sequence order, from
 	// after_sequence + 1 on. Any number of subscribers; publishing never waits for one. The server

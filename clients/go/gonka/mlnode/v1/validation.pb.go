@@ -844,13 +844,15 @@ type ValidatePocArtifactsRequest struct {
 	// max_num_batched_tokens and batch_size within its max_num_seqs. Unset: 32 (max_num_seqs if smaller;
 	// smaller still when too few KV blocks are free).
 	BatchSize *int32 `protobuf:"varint,9,opt,name=batch_size,json=batchSize,proto3,oneof" json:"batch_size,omitempty"`
-	// Optional, an http:// or https:// URL (trailing slashes are dropped). Set: once the summary is
-	// computed, it is also POSTed in the background to {callback_url}/validated with the deployed
-	// body (request_id, block_hash, block_height, public_key, node_id, n_total, n_mismatch,
-	// mismatch_nonces, p_value, fraud_detected), on the deployed retry schedule (10 attempts, 1 s
-	// doubling to 30 s): refused (HTTP status >= 400) throughout, it is given up; unreachable, or
-	// undelivered when the server exits, it is spooled and delivered by the next start. Empty: no
-	// callback.
+	// Optional, a callback URL as StartRoundRequest.callback_url takes it (INVALID_FIELD, field
+	// callback_url, otherwise, before anything is computed; trailing slashes are dropped). Set: once
+	// the summary is computed, it is written to the server's durable callback store and POSTed in
+	// the background to {callback_url}/validated with the deployed body (request_id, block_hash,
+	// block_height, public_key, node_id, n_total, n_mismatch, mismatch_nonces, p_value,
+	// fraud_detected) and an Idempotency-Key header, on the deployed retry schedule (10 attempts,
+	// 1 s doubling to 30 s) and later passes, as StartRoundRequest.callback_url says: given up on a
+	// 4xx other than 408 and 429 or after 24 h, delivered after a restart when the server stopped
+	// or died first. Empty: no callback.
 	CallbackUrl string `protobuf:"bytes,10,opt,name=callback_url,json=callbackUrl,proto3" json:"callback_url,omitempty"`
 	// Echoed in the callback body; free-form. Unset: empty.
 	RequestId string `protobuf:"bytes,11,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`

@@ -318,7 +318,7 @@ class GetServerStatusResponse(_message.Message):
     def __init__(self, running_requests: _Optional[int] = ..., waiting_requests: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., active_streams: _Optional[int] = ..., uptime_seconds: _Optional[float] = ..., versions: _Optional[_Union[Versions, _Mapping]] = ..., engine_processes: _Optional[_Iterable[_Union[EngineProcess, _Mapping]]] = ..., engine_problem: _Optional[str] = ..., contract_revision: _Optional[int] = ..., contract_digest: _Optional[str] = ..., inference_gate_closed: bool = ..., poc_round_id: _Optional[str] = ...) -> None: ...
 
 class EngineProcess(_message.Message):
-    __slots__ = ("role", "pid", "vllm_version", "seams")
+    __slots__ = ("role", "pid", "vllm_version", "seams", "model_runner")
     class Role(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ROLE_UNSPECIFIED: _ClassVar[EngineProcess.Role]
@@ -331,11 +331,13 @@ class EngineProcess(_message.Message):
     PID_FIELD_NUMBER: _ClassVar[int]
     VLLM_VERSION_FIELD_NUMBER: _ClassVar[int]
     SEAMS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_RUNNER_FIELD_NUMBER: _ClassVar[int]
     role: EngineProcess.Role
     pid: int
     vllm_version: str
     seams: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, role: _Optional[_Union[EngineProcess.Role, str]] = ..., pid: _Optional[int] = ..., vllm_version: _Optional[str] = ..., seams: _Optional[_Iterable[str]] = ...) -> None: ...
+    model_runner: str
+    def __init__(self, role: _Optional[_Union[EngineProcess.Role, str]] = ..., pid: _Optional[int] = ..., vllm_version: _Optional[str] = ..., seams: _Optional[_Iterable[str]] = ..., model_runner: _Optional[str] = ...) -> None: ...
 
 class Versions(_message.Message):
     __slots__ = ("server", "vllm", "torch", "python", "grpc")
