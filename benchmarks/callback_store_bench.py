@@ -62,10 +62,16 @@ def write_seconds(folder: Path, writes: int, batch: int) -> float:
     return median(times)
 
 
-async def mining(poc: Any, model: str, seq_len: int, batch: int, seconds: float, callback_url: str) -> poc_pb2.RoundStatus:
+async def mining(
+    poc: Any, model: str, seq_len: int, batch: int, seconds: float, callback_url: str
+) -> poc_pb2.RoundStatus:
     request = poc_pb2.StartRoundRequest(
-        block_hash=f"bench-{time.time()}", block_height=1, public_key="bench-key",
-        params=poc_pb2.PocParams(model=model, seq_len=seq_len), batch_size=batch, callback_url=callback_url,
+        block_hash=f"bench-{time.time()}",
+        block_height=1,
+        public_key="bench-key",
+        params=poc_pb2.PocParams(model=model, seq_len=seq_len),
+        batch_size=batch,
+        callback_url=callback_url,
     )
     round_id = (await poc.StartRound(request)).status.round_id
     try:
@@ -93,7 +99,10 @@ async def run(args: argparse.Namespace, target: str, receiver_url: str) -> list[
                 figures[f"{kind}_outside_forward_ms"] = 1000 * status.seconds_outside_forward_per_batch
             figures["ratio"] = figures["with_nonces_per_s"] / figures["without_nonces_per_s"]
             cycles.append(figures)
-            print(f"  cycle {cycle + 1}: {json.dumps({key: round(value, 3) for key, value in figures.items()})}", flush=True)
+            print(
+                f"  cycle {cycle + 1}: {json.dumps({key: round(value, 3) for key, value in figures.items()})}",
+                flush=True,
+            )
     return cycles
 
 
@@ -110,7 +119,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
         write = write_seconds(folder, args.writes, batch)
-        print(f"one {batch}-artifact batch written to the store, committed: median {1e6 * write:.0f} us over {args.writes}")
+        print(
+            f"one {batch}-artifact batch written to the store, committed: median {1e6 * write:.0f} us over {args.writes}"
+        )
         flags = ["--callback-store", str(folder / "callbacks.sqlite3"), *shlex.split(args.server_flags)]
         with HttpReceiver() as receiver:
             server = start_server(args.server_log or folder / "server.log", flags)
@@ -121,10 +132,14 @@ def main() -> None:
             delivered = sum(len(body["artifacts"]) for body in receiver.received("/generated"))
     summary = {key: median(cycle[key] for cycle in cycles) for key in cycles[0]}
     print(f"\nMining {args.shape}, medians over {args.repeats} cycles of {args.seconds:g} s rounds:")
-    print(f"  without the callback store: {summary['without_nonces_per_s']:.1f} nonces/s, "
-          f"{summary['without_outside_forward_ms']:.2f} ms per batch outside the forward")
-    print(f"  with it (and a live receiver): {summary['with_nonces_per_s']:.1f} nonces/s, "
-          f"{summary['with_outside_forward_ms']:.2f} ms per batch outside the forward")
+    print(
+        f"  without the callback store: {summary['without_nonces_per_s']:.1f} nonces/s, "
+        f"{summary['without_outside_forward_ms']:.2f} ms per batch outside the forward"
+    )
+    print(
+        f"  with it (and a live receiver): {summary['with_nonces_per_s']:.1f} nonces/s, "
+        f"{summary['with_outside_forward_ms']:.2f} ms per batch outside the forward"
+    )
     print(f"  ratio with / without: {summary['ratio']:.3f}; artifacts the receiver got: {delivered}")
 
 

@@ -75,6 +75,7 @@ def conformance_checks(report: Report, stages: dict, dev: torch.device) -> None:
         def run() -> tuple[bool, str]:
             results = [fn(case) for case in stages["cases"]]
             return all(ok for ok, _ in results), "; ".join(d for _, d in results if d) or f"{len(results)} cases"
+
         return run
 
     def murmur_uniform(case: dict) -> tuple[bool, str]:
@@ -85,6 +86,7 @@ def conformance_checks(report: Report, stages: dict, dev: torch.device) -> None:
 
     report.check("conformance murmur + uniform on CUDA (exact)", case_loop(murmur_uniform))
     for backend in backends:
+
         def normals(case: dict, b: str = backend) -> tuple[bool, str]:
             ok, ulps = True, 0
             for n in (10, 9):
@@ -97,8 +99,17 @@ def conformance_checks(report: Report, stages: dict, dev: torch.device) -> None:
         def inputs(case: dict, b: str = backend) -> tuple[bool, str]:
             ok = True
             for stronger, key in ((False, "inputs_seq4_hidden8_base"), (True, "inputs_seq4_hidden8_stronger")):
-                x = C.inputs_for_nonce(case["block_hash"], case["public_key"], case["nonce"], 4, 8,
-                                       dtype=torch.float32, device=dev, stronger_rng=stronger, backend=b)
+                x = C.inputs_for_nonce(
+                    case["block_hash"],
+                    case["public_key"],
+                    case["nonce"],
+                    4,
+                    8,
+                    dtype=torch.float32,
+                    device=dev,
+                    stronger_rng=stronger,
+                    backend=b,
+                )
                 ok &= close(x.flatten().tolist(), [v for row in case[key] for v in row])
             return ok, ""
 
@@ -192,6 +203,7 @@ def cross_device_checks(report: Report, dev: torch.device) -> None:
     report.check("CPU vs CUDA normals within 1 ulp", normals_ulp, target=True)
 
     for stronger in (False, True):
+
         def inputs(stronger: bool = stronger) -> tuple[bool, str]:
             nonces = [0, 1, 31, 123456789]
             outs = {}
@@ -200,8 +212,11 @@ def cross_device_checks(report: Report, dev: torch.device) -> None:
                 outs[name] = C.generate_inputs(out, BH, PK, nonces, stronger_rng=stronger, backend=backend).cpu()
             same = torch.equal(outs["fused"], outs["eager"])
             differ = int((outs["cpu"] != outs["fused"]).sum())
-            return same, (f"fused == eager: {same}; CPU vs CUDA bf16: {differ} of {outs['cpu'].numel()} differ, "
-                          f"max {max_ulp(outs['cpu'], outs['fused'])} bf16 ulp")
+            return same, (
+                f"fused == eager: {same}; CPU vs CUDA bf16: {differ} of {outs['cpu'].numel()} differ, "
+                f"max {max_ulp(outs['cpu'], outs['fused'])} bf16 ulp"
+            )
+
         report.check(f"PoC inputs 4x1024x4096 bf16, {'stronger' if stronger else 'base'} RNG", inputs)
 
     def layers() -> tuple[bool, str]:
@@ -247,7 +262,9 @@ def main() -> None:
     for name, status, detail in report.rows:
         print(f"| {name:{width}s} | {status:6s} | {detail}")
     if args.json:
-        args.json.write_text(json.dumps([{"check": n, "status": st, "detail": d} for n, st, d in report.rows], indent=1))
+        args.json.write_text(
+            json.dumps([{"check": n, "status": st, "detail": d} for n, st, d in report.rows], indent=1)
+        )
     failed = sum(status == "FAIL" for _, status, _ in report.rows)
     missed = sum(status == "MISSED" for _, status, _ in report.rows)
     print(f"{sum(status == 'PASS' for _, status, _ in report.rows)} passed, {failed} failed, {missed} target(s) missed")

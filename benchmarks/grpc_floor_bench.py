@@ -57,7 +57,9 @@ class CannedInference(pb_grpc.InferenceServiceServicer):
     def __init__(self, steps: EngineSteps) -> None:
         self._steps = steps
 
-    async def Generate(self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[pb.GenerateResponse]:
+    async def Generate(
+        self, request: pb.GenerateRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.GenerateResponse]:
         k = request.logprobs.top_logprobs if request.HasField("logprobs") else 0
         for position in range(request.sampling.max_tokens):
             await self._steps.next_step()
@@ -120,8 +122,10 @@ def main() -> None:
     try:
         time.sleep(3)
         resolution = 1e6 / os.sysconf("SC_CLK_TCK") / (args.streams * args.steps)
-        print(f"grpc {grpc.__version__}, {args.streams} streams x {args.steps} messages, one message per stream every "
-              f"{STEP_SECONDS * 1000:.0f} ms; server CPU per message (±{resolution:.1f} µs):")
+        print(
+            f"grpc {grpc.__version__}, {args.streams} streams x {args.steps} messages, one message per stream every "
+            f"{STEP_SECONDS * 1000:.0f} ms; server CPU per message (±{resolution:.1f} µs):"
+        )
         # Alternated, not one after the other: the machine's speed drifts by 10-15% over minutes.
         figures: dict[int, list[float]] = {0: [], 5: []}
         for _ in range(args.repeats):

@@ -97,8 +97,18 @@ class SwigluExpertCall(ExpertCall):
         self.down_tile: dict[str, int] = {}  # vLLM's config
 
     def __call__(self) -> None:
-        routed_experts_swiglu(self.output, self.hidden_states, self.w1, self.w2, self.topk_weights, self.topk_ids,
-                              self.w1.shape[0], None, self.tile, down_tile=self.down_tile)
+        routed_experts_swiglu(
+            self.output,
+            self.hidden_states,
+            self.w1,
+            self.w2,
+            self.topk_weights,
+            self.topk_ids,
+            self.w1.shape[0],
+            None,
+            self.tile,
+            down_tile=self.down_tile,
+        )
 
 
 def default_config(shape: ExpertShape) -> dict[str, int]:
@@ -126,7 +136,9 @@ def milliseconds_per_call(call: Callable[[], None], config: dict[str, int] | Non
 
 def swiglu_candidates() -> Iterator[GateUpTile]:
     # The group size varies slowest: the tile shapes are tried at the default's first.
-    for group_m, block_n, block_k, warps, stages in itertools.product(SWIGLU_GROUP_M, SWIGLU_BLOCK_N, SWIGLU_BLOCK_K, SWIGLU_WARPS, SWIGLU_STAGES):
+    for group_m, block_n, block_k, warps, stages in itertools.product(
+        SWIGLU_GROUP_M, SWIGLU_BLOCK_N, SWIGLU_BLOCK_K, SWIGLU_WARPS, SWIGLU_STAGES
+    ):
         tile = GateUpTile(block_n, block_k, group_m, warps, stages)
         if tile != DEFAULT_TILE:
             yield tile
@@ -134,8 +146,16 @@ def swiglu_candidates() -> Iterator[GateUpTile]:
 
 def down_candidates(default: dict[str, int]) -> Iterator[dict[str, int]]:
     # BLOCK_M is left out: the alignment fixes it. The group size varies slowest.
-    for group_m, block_n, block_k, warps, stages in itertools.product(GROUP_M, BLOCK_N + (64,), BLOCK_K + (32,), WARPS, STAGES + (2,)):
-        tile = {"BLOCK_SIZE_N": block_n, "BLOCK_SIZE_K": block_k, "GROUP_SIZE_M": group_m, "num_warps": warps, "num_stages": stages}
+    for group_m, block_n, block_k, warps, stages in itertools.product(
+        GROUP_M, BLOCK_N + (64,), BLOCK_K + (32,), WARPS, STAGES + (2,)
+    ):
+        tile = {
+            "BLOCK_SIZE_N": block_n,
+            "BLOCK_SIZE_K": block_k,
+            "GROUP_SIZE_M": group_m,
+            "num_warps": warps,
+            "num_stages": stages,
+        }
         if {**default, **tile} != default:
             yield tile
 
@@ -153,7 +173,9 @@ def sum_milliseconds(shape: ExpertShape, iterations: int) -> dict[str, float]:
     from vllm import _custom_ops as ops
 
     routed = torch.randn(shape.tokens, shape.top_k, shape.hidden, dtype=torch.bfloat16, device="cuda")
-    vllm_out, triton_out = (torch.empty(shape.tokens, shape.hidden, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    vllm_out, triton_out = (
+        torch.empty(shape.tokens, shape.hidden, dtype=torch.bfloat16, device="cuda") for _ in range(2)
+    )
     figures = {
         "vllm_ms": milliseconds_per_call(lambda: ops.moe_sum(routed, vllm_out), None, iterations),
         "triton_ms": milliseconds_per_call(lambda: topk_sum(routed, triton_out), None, iterations),
@@ -162,14 +184,25 @@ def sum_milliseconds(shape: ExpertShape, iterations: int) -> dict[str, float]:
 
 
 def distance(output: torch.Tensor, reference: torch.Tensor) -> dict[str, float]:
-    difference = (output.float() - reference.float())
-    return {"max_abs": difference.abs().max().item(), "relative_l2": (difference.norm() / reference.float().norm()).item()}
+    difference = output.float() - reference.float()
+    return {
+        "max_abs": difference.abs().max().item(),
+        "relative_l2": (difference.norm() / reference.float().norm()).item(),
+    }
 
 
 def candidates(default: dict[str, int]) -> Iterator[dict[str, int]]:
-    for block_m, block_n, block_k, group_m, warps, stages in itertools.product(BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, WARPS, STAGES):
-        config = {"BLOCK_SIZE_M": block_m, "BLOCK_SIZE_N": block_n, "BLOCK_SIZE_K": block_k, "GROUP_SIZE_M": group_m,
-                  "num_warps": warps, "num_stages": stages}
+    for block_m, block_n, block_k, group_m, warps, stages in itertools.product(
+        BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, WARPS, STAGES
+    ):
+        config = {
+            "BLOCK_SIZE_M": block_m,
+            "BLOCK_SIZE_N": block_n,
+            "BLOCK_SIZE_K": block_k,
+            "GROUP_SIZE_M": group_m,
+            "num_warps": warps,
+            "num_stages": stages,
+        }
         if config != default:
             yield config
 
@@ -184,7 +217,9 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=140.0, help="stop trying candidates after this long")
     parser.add_argument("--json", type=Path, help="also write the figures here, rewritten after each config")
-    parser.add_argument("--fused-swiglu", action="store_true", help="time the PoC forward's experts (activation fused) under tiles")
+    parser.add_argument(
+        "--fused-swiglu", action="store_true", help="time the PoC forward's experts (activation fused) under tiles"
+    )
     parser.add_argument("--down-projection", action="store_true", help="the same, under tiles for the down projection")
     args = parser.parse_args()
     if not torch.cuda.is_available():
@@ -201,7 +236,11 @@ def main() -> int:
     def time_config(config: dict[str, int] | None) -> tuple[dict[str, Any], str]:
         ms = milliseconds_per_call(call, config, args.iterations)
         tflops = shape.gemm_flops() / ms / 1e9
-        return {"config": config or default, "ms": ms, "tflops": tflops}, f"{config or default}: {ms:.3f} ms, {tflops:.0f} TFLOP/s"
+        return {
+            "config": config or default,
+            "ms": ms,
+            "tflops": tflops,
+        }, f"{config or default}: {ms:.3f} ms, {tflops:.0f} TFLOP/s"
 
     def write(timed: list[dict[str, Any]]) -> None:
         if args.json:
@@ -216,8 +255,12 @@ def main() -> int:
     return 0
 
 
-def timed_grid(grid: Iterable[tuple[str, Any]], time_one: Callable[[Any], tuple[dict[str, Any], str]], deadline: float,
-               write: Callable[[list[dict[str, Any]]], None]) -> list[dict[str, Any]]:
+def timed_grid(
+    grid: Iterable[tuple[str, Any]],
+    time_one: Callable[[Any], tuple[dict[str, Any], str]],
+    deadline: float,
+    write: Callable[[list[dict[str, Any]]], None],
+) -> list[dict[str, Any]]:
     """Times each (name, candidate) of the grid until the deadline (the first, the default, always), printing a
     line each and handing the figures so far to write after each."""
     timed: list[dict[str, Any]] = []
@@ -238,39 +281,64 @@ def timed_grid(grid: Iterable[tuple[str, Any]], time_one: Callable[[Any], tuple[
     return timed
 
 
-def search_swiglu_tiles(shape: ExpertShape, vllm_call: ExpertCall, default: dict[str, int], args: argparse.Namespace,
-                        started: float) -> int:
+def search_swiglu_tiles(
+    shape: ExpertShape, vllm_call: ExpertCall, default: dict[str, int], args: argparse.Namespace, started: float
+) -> int:
     vllm_ms = milliseconds_per_call(vllm_call, None, args.iterations)
     reference = vllm_call.output.clone()
-    print(f"vLLM's experts at its config: {vllm_ms:.3f} ms, {shape.gemm_flops() / vllm_ms / 1e9:.0f} TFLOP/s", flush=True)
+    print(
+        f"vLLM's experts at its config: {vllm_ms:.3f} ms, {shape.gemm_flops() / vllm_ms / 1e9:.0f} TFLOP/s", flush=True
+    )
     sums = sum_milliseconds(shape, args.iterations)
-    print(f"top-k sum: vLLM's {sums['vllm_ms']:.3f} ms, Triton {sums['triton_ms']:.3f} ms "
-          f"(max |diff| {sums['max_abs']:.3g})", flush=True)
+    print(
+        f"top-k sum: vLLM's {sums['vllm_ms']:.3f} ms, Triton {sums['triton_ms']:.3f} ms "
+        f"(max |diff| {sums['max_abs']:.3g})",
+        flush=True,
+    )
     call = SwigluExpertCall(shape)
 
     def time_tile(tile: GateUpTile | dict[str, int]) -> tuple[dict[str, Any], str]:
         ms = swiglu_milliseconds(call, tile, args.iterations)
-        entry = {"tile": asdict(tile) if isinstance(tile, GateUpTile) else tile, "ms": ms, "ratio_to_vllm": vllm_ms / ms,
-                 **distance(call.output, reference)}
-        return entry, (f"{tile}: {ms:.3f} ms ({entry['ratio_to_vllm']:.3f}x vLLM's), max |diff| {entry['max_abs']:.3g}, "
-                       f"relative L2 {entry['relative_l2']:.3g}")
+        entry = {
+            "tile": asdict(tile) if isinstance(tile, GateUpTile) else tile,
+            "ms": ms,
+            "ratio_to_vllm": vllm_ms / ms,
+            **distance(call.output, reference),
+        }
+        return entry, (
+            f"{tile}: {ms:.3f} ms ({entry['ratio_to_vllm']:.3f}x vLLM's), max |diff| {entry['max_abs']:.3g}, "
+            f"relative L2 {entry['relative_l2']:.3g}"
+        )
 
     def write(timed: list[dict[str, Any]]) -> None:
         if args.json:
-            args.json.write_text(json.dumps({"shape": asdict(shape), "vllm_config": default, "vllm_ms": vllm_ms,
-                                             "topk_sum": sums, "results": timed}, indent=1))
+            args.json.write_text(
+                json.dumps(
+                    {
+                        "shape": asdict(shape),
+                        "vllm_config": default,
+                        "vllm_ms": vllm_ms,
+                        "topk_sum": sums,
+                        "results": timed,
+                    },
+                    indent=1,
+                )
+            )
 
     grid: Iterator[tuple[str, GateUpTile | dict[str, int]]] = (
         itertools.chain([("default", {})], (("candidate", t) for t in down_candidates(default)))
-        if args.down_projection else
-        itertools.chain([("default", DEFAULT_TILE)], (("candidate", t) for t in swiglu_candidates()))
+        if args.down_projection
+        else itertools.chain([("default", DEFAULT_TILE)], (("candidate", t) for t in swiglu_candidates()))
     )
     timed = timed_grid(grid, time_tile, started + args.seconds, write)
     if not timed:
         return 1
     fastest = min(timed, key=lambda entry: entry["ms"])
-    print(f"fastest of {len(timed)}: {fastest['name']} {fastest['tile']} {fastest['ms']:.3f} ms "
-          f"({fastest['ratio_to_vllm']:.3f}x vLLM's {vllm_ms:.3f} ms)", flush=True)
+    print(
+        f"fastest of {len(timed)}: {fastest['name']} {fastest['tile']} {fastest['ms']:.3f} ms "
+        f"({fastest['ratio_to_vllm']:.3f}x vLLM's {vllm_ms:.3f} ms)",
+        flush=True,
+    )
     return 0
 
 

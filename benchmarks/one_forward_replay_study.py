@@ -147,8 +147,16 @@ class ItemSpec:
 
     def request(self, tokens: int, **extra: Any) -> pb.GenerateRequest:
         prompt = {"token_ids": list(self.prompt_ids)} if self.prompt_ids is not None else {"prompt": self.prompt_text}
-        return build_request(**prompt, max_tokens=tokens, ignore_eos=True, seed=self.seed, top_logprobs=TOP_K,
-                             logprobs_mode=self.mode, **self.config.options(), **extra)
+        return build_request(
+            **prompt,
+            max_tokens=tokens,
+            ignore_eos=True,
+            seed=self.seed,
+            top_logprobs=TOP_K,
+            logprobs_mode=self.mode,
+            **self.config.options(),
+            **extra,
+        )
 
 
 @dataclass(frozen=True)
@@ -193,7 +201,14 @@ def item_specs(items_per_config: int, seed: int) -> list[ItemSpec]:
                     specs.append(ItemSpec(mode, config, request_seed, prompt_text=rng.choice(TEXT_PROMPTS)))
                 else:
                     length = rng.randint(*TOKEN_PROMPT_LENGTHS)
-                    specs.append(ItemSpec(mode, config, request_seed, prompt_ids=tuple(rng.randrange(*TOKEN_ID_RANGE) for _ in range(length))))
+                    specs.append(
+                        ItemSpec(
+                            mode,
+                            config,
+                            request_seed,
+                            prompt_ids=tuple(rng.randrange(*TOKEN_ID_RANGE) for _ in range(length)),
+                        )
+                    )
     return specs
 
 
@@ -208,11 +223,21 @@ async def bounded_gather(jobs: Sequence[Callable[[], Awaitable[T]]], limit: int)
 
 
 async def record_one(aio: AsyncInferenceClient, spec: ItemSpec, tokens: int) -> Record:
-    generation = await aio.generate(spec.request(tokens, chain_top_logprobs=True, include_prompt_token_ids=True), timeout=RPC_TIMEOUT_SECONDS)
+    generation = await aio.generate(
+        spec.request(tokens, chain_top_logprobs=True, include_prompt_token_ids=True), timeout=RPC_TIMEOUT_SECONDS
+    )
     output = generation.first
     if len(output.token_ids) != tokens or len(output.logprobs.chain_top) != tokens or not generation.prompt_as_run:
-        raise ServerMisbehaved(f"executor record short: {len(output.token_ids)} tokens, {len(output.logprobs.chain_top)} lists")
-    return Record(spec, spec.request(tokens), tuple(generation.prompt_as_run), tuple(output.token_ids), tuple(output.logprobs.chain_top))
+        raise ServerMisbehaved(
+            f"executor record short: {len(output.token_ids)} tokens, {len(output.logprobs.chain_top)} lists"
+        )
+    return Record(
+        spec,
+        spec.request(tokens),
+        tuple(generation.prompt_as_run),
+        tuple(output.token_ids),
+        tuple(output.logprobs.chain_top),
+    )
 
 
 async def record_all(aio: AsyncInferenceClient, specs: Sequence[ItemSpec], tokens: int) -> list[Record]:
@@ -324,7 +349,12 @@ def require_derivable_request(request: pb.GenerateRequest) -> None:
 
 def one_forward_request(record: Record, prompt_logprobs: int) -> pb.GenerateRequest:
     # Greedy, one token: the cheapest generation; only the prompt logprobs (always raw) are used.
-    return build_request(token_ids=[*record.prompt_ids, *record.token_ids], max_tokens=1, temperature=0.0, prompt_logprobs=prompt_logprobs)
+    return build_request(
+        token_ids=[*record.prompt_ids, *record.token_ids],
+        max_tokens=1,
+        temperature=0.0,
+        prompt_logprobs=prompt_logprobs,
+    )
 
 
 def output_positions(generation: Generation, record: Record) -> list[PromptPosition]:
@@ -336,7 +366,9 @@ def output_positions(generation: Generation, record: Record) -> list[PromptPosit
     for m, token in enumerate(record.token_ids):
         index = len(record.prompt_ids) + m - 1
         if generation.prompt_token_ids[index] != token:
-            raise ServerMisbehaved(f"prompt logprobs at {index} are for {generation.prompt_token_ids[index]}, not {token}")
+            raise ServerMisbehaved(
+                f"prompt logprobs at {index} are for {generation.prompt_token_ids[index]}, not {token}"
+            )
         top = tuple(zip(listed.top_ids[index], listed.top_logprobs[index]))
         positions.append(PromptPosition(token, listed.logprobs[index], top))
     return positions
@@ -373,7 +405,9 @@ def unlisted_mass_bounds(position: PromptPosition, temperature: float, vocab_siz
     return packed[0], min(spread_evenly[1], count * lowest**exponent)
 
 
-def top_p_survivors(masses: dict[int, float], normalizers: tuple[float, float], top_p: float, tail_open: bool) -> dict[int, float]:
+def top_p_survivors(
+    masses: dict[int, float], normalizers: tuple[float, float], top_p: float, tail_open: bool
+) -> dict[int, float]:
     """vLLM keeps a token iff the probability ranked above it is < p (ascending cumsum <= 1 - p masked).
 
     Provable only when the decision is the same at both normalizer bounds, not within float tolerance of
@@ -413,7 +447,9 @@ def processed_logprobs(position: PromptPosition, filters: Filters, vocab_size: i
         kept = {token: scaled[token] for token in top_p_survivors(masses, normalizers, filters.top_p, tail_open)}
         normalizers = (sum(masses[token] for token in kept),) * 2  # the tail is cut: exact
     if math.log(normalizers[1] / normalizers[0]) > NORMALIZER_TOLERANCE:
-        raise NotDerivable(f"temperature {filters.temperature:.3g}: the unlisted tail may move the normalizer by more than {NORMALIZER_TOLERANCE}")
+        raise NotDerivable(
+            f"temperature {filters.temperature:.3g}: the unlisted tail may move the normalizer by more than {NORMALIZER_TOLERANCE}"
+        )
     log_normalizer = shift + math.log(normalizers[0])
     return {token: (scaled[token] - log_normalizer if token in kept else -math.inf) for token in known}
 
@@ -425,14 +461,20 @@ def position_columns(position: PromptPosition, logprobs: dict[int, float]) -> Lo
     return pad_masked_entries(columns, TOP_K)
 
 
-def one_forward_lists(positions: Sequence[PromptPosition], mode: str, request: pb.GenerateRequest, vocab_size: int) -> list[Position]:
+def one_forward_lists(
+    positions: Sequence[PromptPosition], mode: str, request: pb.GenerateRequest, vocab_size: int
+) -> list[Position]:
     """The replay's chain lists (sampled token first, then the model's best others), from one forward."""
     filters = Filters.of(request)
     if mode == "processed":
         require_derivable_request(request)
     replay = []
     for position in positions:
-        logprobs = processed_logprobs(position, filters, vocab_size) if mode == "processed" else dict(position.top) | {position.token: position.logprob}
+        logprobs = (
+            processed_logprobs(position, filters, vocab_size)
+            if mode == "processed"
+            else dict(position.top) | {position.token: position.logprob}
+        )
         (entries,) = chain_top_lists([position.token], position_columns(position, logprobs), TOP_K)
         replay.append((position.token, dict(entries)))
     return replay
@@ -444,7 +486,9 @@ class OneForward:
     why_not: str | None = None
 
 
-async def one_forward_replay(aio: AsyncInferenceClient, item: Item, prompt_logprobs: int, vocab_size: int) -> OneForward:
+async def one_forward_replay(
+    aio: AsyncInferenceClient, item: Item, prompt_logprobs: int, vocab_size: int
+) -> OneForward:
     record = item.record
     generation = await aio.generate(one_forward_request(record, prompt_logprobs), timeout=RPC_TIMEOUT_SECONDS)
     positions = output_positions(generation, record)
@@ -454,7 +498,9 @@ async def one_forward_replay(aio: AsyncInferenceClient, item: Item, prompt_logpr
         return OneForward(None, str(reason))
 
 
-async def one_forward_all(aio: AsyncInferenceClient, items: Sequence[Item], prompt_logprobs: int, vocab_size: int) -> list[OneForward]:
+async def one_forward_all(
+    aio: AsyncInferenceClient, items: Sequence[Item], prompt_logprobs: int, vocab_size: int
+) -> list[OneForward]:
     jobs = [lambda item=item: one_forward_replay(aio, item, prompt_logprobs, vocab_size) for item in items]
     return await bounded_gather(jobs, MAX_CONCURRENT_REPLAYS)
 
@@ -484,10 +530,14 @@ class ItemResult:
         return None if self.one_forward is None else self.one_forward.passed == self.decode.passed
 
 
-def item_result(index: int, item: Item, decode: Verdict, one_forward: OneForward, decode_lists: list[Position] | None) -> ItemResult:
+def item_result(
+    index: int, item: Item, decode: Verdict, one_forward: OneForward, decode_lists: list[Position] | None
+) -> ItemResult:
     spec = item.record.spec
     if one_forward.lists is None:
-        return ItemResult(index, spec.mode, spec.config.name, item.tamper_factor, decode, None, one_forward.why_not, None)
+        return ItemResult(
+            index, spec.mode, spec.config.name, item.tamper_factor, decode, None, one_forward.why_not, None
+        )
     judgement = judge_inference(item.executor_positions, one_forward.lists, TOP_K, THRESHOLD)
     verdict = Verdict(judgement.distance, judgement.similarity, judgement.passed)
     direct = sequence_distance(decode_lists, one_forward.lists, TOP_K) if decode_lists is not None else None
@@ -537,9 +587,14 @@ def mode_summary(results: Sequence[ItemResult]) -> dict[str, Any]:
         "disagreements": [asdict(result) for result in screened if not result.agrees],
         "one_forward_vs_original_honest": spread([result.one_forward.distance for result in honest]),
         "decode_vs_original_honest": spread([result.decode.distance for result in honest]),
-        "one_forward_minus_decode_abs": spread([abs(result.one_forward.distance - result.decode.distance) for result in screened]),
+        "one_forward_minus_decode_abs": spread(
+            [abs(result.one_forward.distance - result.decode.distance) for result in screened]
+        ),
         "one_forward_vs_decode_direct_honest": spread(direct),
-        "per_config": {name: config_summary([r for r in results if r.config == name]) for name in dict.fromkeys(r.config for r in results)},
+        "per_config": {
+            name: config_summary([r for r in results if r.config == name])
+            for name in dict.fromkeys(r.config for r in results)
+        },
         "two_stage": two_stage(results),
     }
 
@@ -553,7 +608,9 @@ def config_summary(results: Sequence[ItemResult]) -> dict[str, Any]:
         "agree": sum(bool(result.agrees) for result in screened),
         "one_forward_vs_original_honest_max": max((result.one_forward.distance for result in honest), default=None),
         "decode_vs_original_honest_max": max((result.decode.distance for result in honest), default=None),
-        "abs_difference_max": max((abs(result.one_forward.distance - result.decode.distance) for result in screened), default=None),
+        "abs_difference_max": max(
+            (abs(result.one_forward.distance - result.decode.distance) for result in screened), default=None
+        ),
     }
 
 
@@ -574,10 +631,18 @@ def mode_lines(mode: str, summary: dict[str, Any]) -> list[str]:
         f"{mode} mode: {summary['items']} items ({summary['tampered_items']} tampered), one-forward derivable for {summary['derivable']}",
         f"  verdicts agreeing with the decode replay: {summary['verdicts_agree']} / {summary['derivable']} "
         f"(passed: decode {summary['decode_passed']}, one-forward {summary['one_forward_passed']})",
-        "  distance one-forward vs original (honest): median {median}, max {max}".format(**map_figures(summary["one_forward_vs_original_honest"])),
-        "  distance decode vs original (honest):      median {median}, max {max}".format(**map_figures(summary["decode_vs_original_honest"])),
-        "  |one-forward - decode| distance:            median {median}, max {max}".format(**map_figures(summary["one_forward_minus_decode_abs"])),
-        "  distance one-forward vs decode (direct):    median {median}, max {max}".format(**map_figures(summary["one_forward_vs_decode_direct_honest"])),
+        "  distance one-forward vs original (honest): median {median}, max {max}".format(
+            **map_figures(summary["one_forward_vs_original_honest"])
+        ),
+        "  distance decode vs original (honest):      median {median}, max {max}".format(
+            **map_figures(summary["decode_vs_original_honest"])
+        ),
+        "  |one-forward - decode| distance:            median {median}, max {max}".format(
+            **map_figures(summary["one_forward_minus_decode_abs"])
+        ),
+        "  distance one-forward vs decode (direct):    median {median}, max {max}".format(
+            **map_figures(summary["one_forward_vs_decode_direct_honest"])
+        ),
         f"  two-stage: agrees with margin 0: {stage['agrees_with_margin_0']}; smallest agreeing margin {stage['smallest_agreeing_margin']:.6f} "
         f"({stage['decode_replays_at_that_margin']} of {stage['items']} items decode-replayed); largest similarity gap "
         f"{stage['largest_similarity_gap']:.6f} ({stage['decode_replays_at_gap_margin']} decode-replayed at that margin)",
@@ -623,7 +688,14 @@ async def warm_up(aio: AsyncInferenceClient, items: Sequence[Item], prompt_logpr
     await one_forward_all(aio, sample, prompt_logprobs, vocab_size)
 
 
-async def measure_replays(aio: AsyncInferenceClient, items: Sequence[Item], prompt_logprobs: int, vocab_size: int, repeats: int, timings: Timings) -> tuple[dict[int, Verdict], list[OneForward]]:
+async def measure_replays(
+    aio: AsyncInferenceClient,
+    items: Sequence[Item],
+    prompt_logprobs: int,
+    vocab_size: int,
+    repeats: int,
+    timings: Timings,
+) -> tuple[dict[int, Verdict], list[OneForward]]:
     """Each cycle runs both replays over all items, in an order alternating between cycles (the machine drifts)."""
     decode: dict[int, Verdict] = {}
     one_forward: list[OneForward] = []
@@ -659,7 +731,9 @@ async def study(target: str, args: argparse.Namespace) -> dict[str, Any]:
         print(f"replaying {len(items)} items ({args.repeats} cycle(s)) ...", flush=True)
         decode, one_forward = await measure_replays(aio, items, prompt_logprobs, info.vocab_size, args.repeats, timings)
         direct = await decode_lists_of_honest(aio, items) if args.direct else [None] * len(items)
-    results = [item_result(index, item, decode[index], one_forward[index], direct[index]) for index, item in enumerate(items)]
+    results = [
+        item_result(index, item, decode[index], one_forward[index], direct[index]) for index, item in enumerate(items)
+    ]
     return {
         "model": str(args.model),
         "vocab_size": info.vocab_size,
@@ -692,12 +766,21 @@ def report(figures: dict[str, Any]) -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, default=REPO_ROOT / PEAKED_MODEL_DIR, help="the peaked embedded model (default)")
-    parser.add_argument("--items-per-config", type=int, default=20, help="honest items per mode and sampling setting (default 20: 200 in all)")
+    parser.add_argument(
+        "--model", type=Path, default=REPO_ROOT / PEAKED_MODEL_DIR, help="the peaked embedded model (default)"
+    )
+    parser.add_argument(
+        "--items-per-config",
+        type=int,
+        default=20,
+        help="honest items per mode and sampling setting (default 20: 200 in all)",
+    )
     parser.add_argument("--tampered", type=int, default=100, help="scaled copies of honest records (default 100)")
     parser.add_argument("--tokens", type=int, default=24, help="generated tokens per item (default 24)")
     parser.add_argument("--repeats", type=int, default=2, help="timed cycles of both replays (default 2)")
-    parser.add_argument("--no-direct", dest="direct", action="store_false", help="skip the decode replays' own lists (direct distance)")
+    parser.add_argument(
+        "--no-direct", dest="direct", action="store_false", help="skip the decode replays' own lists (direct distance)"
+    )
     parser.add_argument("--seed", type=int, default=20251201)
     parser.add_argument("--json", type=Path, help="also write the figures (and every item) here")
     return parser.parse_args(argv)

@@ -82,8 +82,11 @@ async def reference_prefill(client: AsyncInferenceClient, seq_len: int, batch: i
 
 async def mining(poc: Any, model: str, seq_len: int, batch: int, seconds: float) -> poc_pb2.RoundStatus:
     request = poc_pb2.StartRoundRequest(
-        block_hash=f"bench-{time.time()}", block_height=1, public_key="bench-key",
-        params=poc_pb2.PocParams(model=model, seq_len=seq_len), batch_size=batch,
+        block_hash=f"bench-{time.time()}",
+        block_height=1,
+        public_key="bench-key",
+        params=poc_pb2.PocParams(model=model, seq_len=seq_len),
+        batch_size=batch,
     )
     round_id = (await poc.StartRound(request)).status.round_id
     try:
@@ -98,8 +101,9 @@ async def gate_timings(client: AsyncInferenceClient, poc: Any, model: str, strea
 
     async def stream(index: int) -> float:
         try:
-            async for _ in client.stream(token_ids=PROMPT_IDS, max_tokens=4000, ignore_eos=True, temperature=0.0,
-                                         include_text=index % 2 == 1):
+            async for _ in client.stream(
+                token_ids=PROMPT_IDS, max_tokens=4000, ignore_eos=True, temperature=0.0, include_text=index % 2 == 1
+            ):
                 first[index].set()
         except ServerError as error:
             if error.reason != "POC_PREEMPTED":
@@ -109,8 +113,11 @@ async def gate_timings(client: AsyncInferenceClient, poc: Any, model: str, strea
     tasks = [asyncio.create_task(stream(i)) for i in range(streams)]
     await asyncio.gather(*(event.wait() for event in first))
     request = poc_pb2.StartRoundRequest(
-        block_hash="bench-gate", block_height=1, public_key="bench-key",
-        params=poc_pb2.PocParams(model=model, seq_len=256), batch_size=32,
+        block_hash="bench-gate",
+        block_height=1,
+        public_key="bench-key",
+        params=poc_pb2.PocParams(model=model, seq_len=256),
+        batch_size=32,
     )
     sent = time.monotonic()
     await poc.StartRound(request)
@@ -130,22 +137,31 @@ async def gate_timings(client: AsyncInferenceClient, poc: Any, model: str, strea
     }
 
 
-async def validation_beside_inference(client: AsyncInferenceClient, channel: Any, model: str, nonces: int, window: float) -> dict[str, float]:
+async def validation_beside_inference(
+    client: AsyncInferenceClient, channel: Any, model: str, nonces: int, window: float
+) -> dict[str, float]:
     poc = poc_pb2_grpc.PocServiceStub(channel)
     validation = validation_pb2_grpc.ValidationServiceStub(channel)
     params = poc_pb2.PocParams(model=model, seq_len=256)
     claims: list[vpb.ClaimedArtifact] = []
-    async for message in poc.ComputeArtifacts(poc_pb2.ComputeArtifactsRequest(
-            block_hash="bench-validate", public_key="bench-key", params=params, nonces=list(range(nonces)))):
+    async for message in poc.ComputeArtifacts(
+        poc_pb2.ComputeArtifactsRequest(
+            block_hash="bench-validate", public_key="bench-key", params=params, nonces=list(range(nonces))
+        )
+    ):
         for index, nonce in enumerate(message.batch.nonces):
-            claims.append(vpb.ClaimedArtifact(nonce=nonce, vector_f16=message.batch.vectors[2 * K * index : 2 * K * (index + 1)]))
+            claims.append(
+                vpb.ClaimedArtifact(nonce=nonce, vector_f16=message.batch.vectors[2 * K * index : 2 * K * (index + 1)])
+            )
     tokens = 0
     stop = asyncio.Event()
 
     async def stream(index: int) -> None:
         nonlocal tokens
         while not stop.is_set():
-            async for response in client.stream(token_ids=PROMPT_IDS + [index], max_tokens=2000, ignore_eos=True, temperature=0.0):
+            async for response in client.stream(
+                token_ids=PROMPT_IDS + [index], max_tokens=2000, ignore_eos=True, temperature=0.0
+            ):
                 tokens += len(response.tokens.ids)
                 if stop.is_set():
                     break
@@ -157,7 +173,10 @@ async def validation_beside_inference(client: AsyncInferenceClient, channel: Any
     alone = (tokens - base_tokens) / (time.monotonic() - base_started)
     during_tokens, started = tokens, time.monotonic()
     request = vpb.ValidatePocArtifactsRequest(
-        block_hash="bench-validate", public_key="bench-key", params=params, artifacts=claims,
+        block_hash="bench-validate",
+        public_key="bench-key",
+        params=params,
+        artifacts=claims,
         stat_test=vpb.PocStatTest(dist_threshold=0.2, p_mismatch=0.1, p_value_threshold=0.05),
     )
     summary = [r async for r in validation.ValidatePocArtifacts(request)][-1].summary
@@ -202,12 +221,17 @@ async def run(args: argparse.Namespace, target: str) -> dict[str, Any]:
                         )
                 figures["ratio"] = figures["mining_nonces_per_s"] / figures["reference_seq_per_s"]
                 cycles.append(figures)
-                print(f"  {seq_len}x{batch} cycle {cycle + 1}: {json.dumps({k: round(v, 4) for k, v in figures.items()})}", flush=True)
+                print(
+                    f"  {seq_len}x{batch} cycle {cycle + 1}: {json.dumps({k: round(v, 4) for k, v in figures.items()})}",
+                    flush=True,
+                )
             summary = {key: median(c[key] for c in cycles) for key in cycles[0]}
             results["shapes"][f"{seq_len}x{batch}"] = {"cycles": cycles, "median": summary}
         gates = [await gate_timings(client, poc, model, 64) for _ in range(args.gate_repeats)]
         results["gate"] = {"runs": gates, "median": {key: median(g[key] for g in gates) for key in gates[0]}}
-        results["validation"] = await validation_beside_inference(client, channel, model, args.validate_nonces, args.seconds)
+        results["validation"] = await validation_beside_inference(
+            client, channel, model, args.validate_nonces, args.seconds
+        )
     return results
 
 
@@ -216,26 +240,36 @@ def report(results: dict[str, Any]) -> None:
     for shape, entry in results["shapes"].items():
         m = entry["median"]
         verdict = "met" if m["ratio"] >= 1.0 else "NOT met"
-        print(f"  seq_len x batch {shape}: mining {m['mining_nonces_per_s']:.1f} nonces/s "
-              f"({60 * m['mining_nonces_per_s']:.0f}/min), prefill reference "
-              f"{m['reference_seq_per_s']:.1f} seq/s, ratio {m['ratio']:.3f} (goal >= 1.0: {verdict}); "
-              f"StartRound -> first batch {m['start_to_first_batch_s'] * 1000:.0f} ms; per batch: forward "
-              f"{m['forward_ms_per_batch']:.1f} ms, outside it {m['outside_forward_ms_per_batch']:.2f} ms")
+        print(
+            f"  seq_len x batch {shape}: mining {m['mining_nonces_per_s']:.1f} nonces/s "
+            f"({60 * m['mining_nonces_per_s']:.0f}/min), prefill reference "
+            f"{m['reference_seq_per_s']:.1f} seq/s, ratio {m['ratio']:.3f} (goal >= 1.0: {verdict}); "
+            f"StartRound -> first batch {m['start_to_first_batch_s'] * 1000:.0f} ms; per batch: forward "
+            f"{m['forward_ms_per_batch']:.1f} ms, outside it {m['outside_forward_ms_per_batch']:.2f} ms"
+        )
     g = results["gate"]["median"]
-    print(f"  StartRound -> last of 64 streams closed: {g['start_to_last_stream_closed_ms']:.1f} ms "
-          f"(goal <= 100: {'met' if g['start_to_last_stream_closed_ms'] <= 100 else 'NOT met'})")
-    print(f"  StopRound -> first Generate message: {g['stop_to_first_generate_ms']:.1f} ms = wait for the forward in "
-          f"flight {g['stop_wait_for_forward_ms']:.1f} ms + the rest {g['stop_rest_ms']:.1f} ms "
-          f"(goal for the rest <= 40: {'met' if g['stop_rest_ms'] <= 40 else 'NOT met'})")
+    print(
+        f"  StartRound -> last of 64 streams closed: {g['start_to_last_stream_closed_ms']:.1f} ms "
+        f"(goal <= 100: {'met' if g['start_to_last_stream_closed_ms'] <= 100 else 'NOT met'})"
+    )
+    print(
+        f"  StopRound -> first Generate message: {g['stop_to_first_generate_ms']:.1f} ms = wait for the forward in "
+        f"flight {g['stop_wait_for_forward_ms']:.1f} ms + the rest {g['stop_rest_ms']:.1f} ms "
+        f"(goal for the rest <= 40: {'met' if g['stop_rest_ms'] <= 40 else 'NOT met'})"
+    )
     v = results["validation"]
-    print(f"  ValidatePocArtifacts beside 16 streams: {v['validate_nonces_per_s']:.1f} nonces/s; inference "
-          f"{v['inference_tokens_per_s_alone']:.0f} tokens/s alone, {v['inference_tokens_per_s_during']:.0f} during "
-          f"({100 * v['inference_tokens_lost_fraction']:.1f}% lost)")
+    print(
+        f"  ValidatePocArtifacts beside 16 streams: {v['validate_nonces_per_s']:.1f} nonces/s; inference "
+        f"{v['inference_tokens_per_s_alone']:.0f} tokens/s alone, {v['inference_tokens_per_s_during']:.0f} during "
+        f"({100 * v['inference_tokens_lost_fraction']:.1f}% lost)"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", nargs="+", default=["256x32", "1024x8"], help="seq_len x batch (default: %(default)s)")
+    parser.add_argument(
+        "--shapes", nargs="+", default=["256x32", "1024x8"], help="seq_len x batch (default: %(default)s)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=15.0, help="each measured run's length")
     parser.add_argument("--gate-repeats", type=int, default=3)
@@ -244,7 +278,9 @@ def main() -> None:
     parser.add_argument("--model", help="model directory (default: the embedded model)")
     parser.add_argument("--server-flags", default="", help="more server and vLLM flags, one string")
     parser.add_argument(
-        "--server-log", type=Path, help="keep the server's log here (default: a temporary folder, removed after the run)"
+        "--server-log",
+        type=Path,
+        help="keep the server's log here (default: a temporary folder, removed after the run)",
     )
     args = parser.parse_args()
     flags = SERVER_FLAGS + (["--model", args.model] if args.model else []) + shlex.split(args.server_flags)

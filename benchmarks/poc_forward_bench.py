@@ -82,7 +82,9 @@ class Shape:
         self.block_ids = [[1 + row * per_sequence + j for j in range(per_sequence)] for row in range(batch)]
         self.poc_batch = PocBatch(BLOCK_HASH, PUBLIC_KEY, tuple(range(batch)), seq_len, K_DIM, False)
         rng = random.Random(seq_len * 1000 + batch)
-        self.prompts = [{"prompt_token_ids": [rng.randrange(VOCAB_SAMPLE) for _ in range(seq_len)]} for _ in range(batch)]
+        self.prompts = [
+            {"prompt_token_ids": [rng.randrange(VOCAB_SAMPLE) for _ in range(seq_len)]} for _ in range(batch)
+        ]
 
     def poc(self, compiled: bool) -> tuple[float, bytes]:
         from engine_ext.poc.batch import PocBatchResult
@@ -182,13 +184,19 @@ def report(shape: Shape, figures: dict[str, Any]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--shapes", nargs="+", default=["1024x8", "256x32"], help="seq_len x batch (default: %(default)s)")
+    parser.add_argument(
+        "--shapes", nargs="+", default=["1024x8", "256x32"], help="seq_len x batch (default: %(default)s)"
+    )
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--model", help="model directory (default: the embedded model)")
     parser.add_argument("--engine-args", default="{}", help="more vLLM engine arguments, a JSON object")
     parser.add_argument("--profile", action="store_true", help="print the top kernels of one batch of each form")
     parser.add_argument("--profile-rows", type=int, default=25)
-    parser.add_argument("--trace-dir", type=Path, help="with --profile: also write each profiled batch's timeline here (Chrome trace JSON)")
+    parser.add_argument(
+        "--trace-dir",
+        type=Path,
+        help="with --profile: also write each profiled batch's timeline here (Chrome trace JSON)",
+    )
     parser.add_argument("--json", type=Path, help="also write the figures here")
     args = parser.parse_args()
     if args.trace_dir:

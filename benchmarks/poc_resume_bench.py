@@ -46,7 +46,9 @@ async def first_token_seconds(client: AsyncInferenceClient, sent: float) -> floa
     raise RuntimeError("the Generate sent no message")
 
 
-async def after_round(client: AsyncInferenceClient, poc: Any, request: poc_pb2.StartRoundRequest, seconds: float) -> dict[str, float]:
+async def after_round(
+    client: AsyncInferenceClient, poc: Any, request: poc_pb2.StartRoundRequest, seconds: float
+) -> dict[str, float]:
     await poc.StartRound(request)
     await asyncio.sleep(seconds)
     stop_sent = time.monotonic()
@@ -74,8 +76,11 @@ async def run(args: argparse.Namespace, target: str) -> dict[str, Any]:
         poc = poc_pb2_grpc.PocServiceStub(channel)
         model = (await client.model_info()).served_model_name
         request = poc_pb2.StartRoundRequest(
-            block_hash="bench-resume", block_height=1, public_key="bench-key",
-            params=poc_pb2.PocParams(model=model, seq_len=args.seq_len), batch_size=args.batch,
+            block_hash="bench-resume",
+            block_height=1,
+            public_key="bench-key",
+            params=poc_pb2.PocParams(model=model, seq_len=args.seq_len),
+            batch_size=args.batch,
         )
         for _ in range(3):  # untimed warm-up of both paths
             await after_round(client, poc, request, args.round_seconds)
@@ -105,14 +110,21 @@ def report(results: dict[str, Any], rounds: int) -> None:
     print(f"\nGenerate's first message, over {rounds} runs each")
     print(f"  sent at StopRound's reply: {line(after['first_token_ms'])}")
     print(f"  with no round before it:   {line(alone['first_token_ms'])}")
-    print(f"  StopRound itself (sent -> reply): {line(after['stop_round_ms'])}; of which the wait for the forward in "
-          f"flight (server's figure): {line(after['stop_wait_for_forward_ms'])}")
+    print(
+        f"  StopRound itself (sent -> reply): {line(after['stop_round_ms'])}; of which the wait for the forward in "
+        f"flight (server's figure): {line(after['stop_wait_for_forward_ms'])}"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=50, help="runs of each kind (default %(default)s)")
-    parser.add_argument("--round-seconds", type=float, default=0.5, help="mining per round, and the pause before a Generate with no round")
+    parser.add_argument(
+        "--round-seconds",
+        type=float,
+        default=0.5,
+        help="mining per round, and the pause before a Generate with no round",
+    )
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--json", type=Path, help="also write the figures here")

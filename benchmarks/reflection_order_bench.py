@@ -61,11 +61,16 @@ def measure_model(model_dir: Path, nonces: int, seq_len: int) -> None:
     reference = HfPocReference(model_dir)
     model_type = reference.model.config.model_type
     distances = [
-        l2(reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, seq_len), reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, seq_len, reflection=reflect_before))
+        l2(
+            reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, seq_len),
+            reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, seq_len, reflection=reflect_before),
+        )
         for nonce in range(nonces)
     ]
-    print(f"{model_dir.name} ({model_type}, {reference.num_layers} layers, H {reference.hidden}), {nonces} nonces of {seq_len} tokens: "
-          f"{summary(distances)}; threshold {THRESHOLDS.get(model_type, float('nan'))}")
+    print(
+        f"{model_dir.name} ({model_type}, {reference.num_layers} layers, H {reference.hidden}), {nonces} nonces of {seq_len} tokens: "
+        f"{summary(distances)}; threshold {THRESHOLDS.get(model_type, float('nan'))}"
+    )
 
 
 def measure_chain(name: str, hidden: int, layers: int, streams: int, nonces: int) -> None:

@@ -139,7 +139,9 @@ class Round:
 def make_round(part: str, config: str, cycle: int, units: int, tokens: int, timing: Timing) -> Round:
     wall = timing.wall_seconds
     decode = timing.decode_tokens / timing.decode_seconds if timing.decode_tokens and timing.decode_seconds else None
-    return Round(part, config, cycle, units, tokens, wall, tokens / wall, units / wall, timing.first_tokens_seconds, decode)
+    return Round(
+        part, config, cycle, units, tokens, wall, tokens / wall, units / wall, timing.first_tokens_seconds, decode
+    )
 
 
 @dataclass(frozen=True)
@@ -198,7 +200,9 @@ class ReplayChecks:
 class ModeChecks:
     streams_same_tokens: int  # streams whose tokens were identical in all three configurations
     # None when no stream had the same tokens in all three:
-    raw_vs_processed: float | None  # largest |raw - processed| sampled-token logprob of one stream: how far the modes differ
+    raw_vs_processed: (
+        float | None
+    )  # largest |raw - processed| sampled-token logprob of one stream: how far the modes differ
     mixed_vs_own_mode: float | None  # largest |mixed row - the homogeneous batch of its mode|
     mixed_rows_closer_to_own_mode: int  # of streams_same_tokens
 
@@ -262,10 +266,14 @@ def stream_problems(generation: Generation, tokens: int, chain: bool) -> list[st
     if len(output.token_ids) != tokens:
         problems.append(f"{len(output.token_ids)} tokens, not {tokens}")
     if len(columns.logprobs) != len(output.token_ids) or len(columns.top_ids) != len(output.token_ids):
-        problems.append(f"{len(columns.logprobs)} logprobs and {len(columns.top_ids)} top lists for {len(output.token_ids)} tokens")
+        problems.append(
+            f"{len(columns.logprobs)} logprobs and {len(columns.top_ids)} top lists for {len(output.token_ids)} tokens"
+        )
     if any(len(top) != TOP_LOGPROBS for top in columns.top_ids):
         problems.append(f"a top list without {TOP_LOGPROBS} entries")
-    if chain and (len(columns.chain_top) != len(output.token_ids) or any(len(top) != TOP_LOGPROBS for top in columns.chain_top)):
+    if chain and (
+        len(columns.chain_top) != len(output.token_ids) or any(len(top) != TOP_LOGPROBS for top in columns.chain_top)
+    ):
         problems.append("incomplete chain lists")
     return problems
 
@@ -308,8 +316,14 @@ async def run_cycles(part: str, configs: Sequence[Config], repeats: int) -> list
     for cycle in range(repeats):
         for config in rotated(configs, cycle):
             measured = make_round(part, config.name, cycle, config.units, config.tokens, await config.run())
-            decode = "" if measured.decode_tokens_per_second is None else f", decode {measured.decode_tokens_per_second:.0f} tok/s"
-            progress(f"{part}: {config.name}, cycle {cycle + 1}: {measured.tokens_per_second:.0f} tok/s{decode}, wall {measured.wall_seconds:.2f}s")
+            decode = (
+                ""
+                if measured.decode_tokens_per_second is None
+                else f", decode {measured.decode_tokens_per_second:.0f} tok/s"
+            )
+            progress(
+                f"{part}: {config.name}, cycle {cycle + 1}: {measured.tokens_per_second:.0f} tok/s{decode}, wall {measured.wall_seconds:.2f}s"
+            )
             rounds.append(measured)
     return rounds
 
@@ -319,7 +333,9 @@ def per_cycle(rounds: Sequence[Round], config: str, metric: str = "tokens_per_se
     return {r.cycle: getattr(r, metric) for r in rounds if r.config == config and getattr(r, metric) is not None}
 
 
-def ratios(rounds: Sequence[Round], numerator: str, denominator: str, metric: str = "tokens_per_second") -> tuple[float, ...]:
+def ratios(
+    rounds: Sequence[Round], numerator: str, denominator: str, metric: str = "tokens_per_second"
+) -> tuple[float, ...]:
     top, bottom = per_cycle(rounds, numerator, metric), per_cycle(rounds, denominator, metric)
     return tuple(top[cycle] / bottom[cycle] for cycle in sorted(top.keys() & bottom.keys()))
 
@@ -350,7 +366,10 @@ async def replay_part(client: AsyncInferenceClient, tokens: int, repeats: int) -
 
     progress("part 1: warm-up replay round (untimed)")
     await replay_round()
-    configs = [Config("plain", STREAMS, STREAMS * tokens, plain_round), Config("replay", STREAMS, STREAMS * tokens, replay_round)]
+    configs = [
+        Config("plain", STREAMS, STREAMS * tokens, plain_round),
+        Config("replay", STREAMS, STREAMS * tokens, replay_round),
+    ]
     rounds = await run_cycles("replay", configs, repeats)
     comparisons = [
         Comparison(
@@ -397,7 +416,9 @@ async def modes_part(client: AsyncInferenceClient, tokens: int, repeats: int) ->
     warmup_tokens = min(WARMUP_TOKENS, tokens)
     for name, modes in layouts.items():
         progress(f"part 2: warm-up round, {name} (untimed)")
-        requests = [generation_request(WARMUP_SEED_BASE + index, warmup_tokens, mode=mode) for index, mode in enumerate(modes)]
+        requests = [
+            generation_request(WARMUP_SEED_BASE + index, warmup_tokens, mode=mode) for index, mode in enumerate(modes)
+        ]
         await run_streams(client, f"modes {name} (warm-up)", requests, warmup_tokens)
     rounds = await run_cycles("modes", [config(name, modes) for name, modes in layouts.items()], repeats)
     mixing = mixing_ratios(rounds)
@@ -423,13 +444,20 @@ def mixing_cost(mixing: Sequence[float]) -> str:
 
 
 def mixing_ratios(rounds: Sequence[Round]) -> tuple[float, ...]:
-    mixed, raw, processed = (per_cycle(rounds, name, "decode_tokens_per_second") for name in ("mixed", "raw", "processed"))
-    return tuple(mixed[cycle] / mean((raw[cycle], processed[cycle])) for cycle in sorted(mixed.keys() & raw.keys() & processed.keys()))
+    mixed, raw, processed = (
+        per_cycle(rounds, name, "decode_tokens_per_second") for name in ("mixed", "raw", "processed")
+    )
+    return tuple(
+        mixed[cycle] / mean((raw[cycle], processed[cycle]))
+        for cycle in sorted(mixed.keys() & raw.keys() & processed.keys())
+    )
 
 
 def mode_checks(processed: Sequence[Generation], raw: Sequence[Generation], mixed: Sequence[Generation]) -> ModeChecks:
     """From each configuration's last round: did every mixed row report its own mode's logprobs?"""
-    same = [i for i in range(STREAMS) if processed[i].first.token_ids == raw[i].first.token_ids == mixed[i].first.token_ids]
+    same = [
+        i for i in range(STREAMS) if processed[i].first.token_ids == raw[i].first.token_ids == mixed[i].first.token_ids
+    ]
     homogeneous = {"processed": processed, "raw": raw}
     own = [largest_logprob_difference(mixed[i], homogeneous[MIXED_MODES[i]][i]) for i in same]
     other_mode = {"processed": "raw", "raw": "processed"}
@@ -464,7 +492,10 @@ async def validate_part(client: AsyncInferenceClient, items: int, tokens: int, r
 
     progress(f"part 3: warm-up ValidateInference of {min(VALIDATE_WARMUP_ITEMS, items)} items (untimed)")
     await validate_all(client, batch[:VALIDATE_WARMUP_ITEMS], tokens)
-    configs = [Config("ValidateInference", items, items * tokens, validate_round), Config("plain", items, items * tokens, plain_round)]
+    configs = [
+        Config("ValidateInference", items, items * tokens, validate_round),
+        Config("plain", items, items * tokens, plain_round),
+    ]
     rounds = await run_cycles("validate", configs, repeats)
     comparisons = [
         Comparison(
@@ -483,7 +514,9 @@ def executor_item(seed: int, tokens: int, record: Generation) -> vpb.InferenceIt
     return inference_item(request, output.token_ids, output.logprobs.chain_top, threshold=THRESHOLD, mode="processed")
 
 
-async def validate_all(client: AsyncInferenceClient, items: list[vpb.InferenceItem], tokens: int) -> tuple[Timing, list[vpb.InferenceVerdict]]:
+async def validate_all(
+    client: AsyncInferenceClient, items: list[vpb.InferenceItem], tokens: int
+) -> tuple[Timing, list[vpb.InferenceVerdict]]:
     """One call with every item; its clock (sent to last verdict) and the verdicts in item order."""
     responses = []
     started = time.perf_counter()
@@ -496,7 +529,9 @@ async def validate_all(client: AsyncInferenceClient, items: list[vpb.InferenceIt
     return Timing(wall), require_all_passed(responses, len(items), tokens)
 
 
-def require_all_passed(responses: Sequence[vpb.ValidateInferenceResponse], count: int, tokens: int) -> list[vpb.InferenceVerdict]:
+def require_all_passed(
+    responses: Sequence[vpb.ValidateInferenceResponse], count: int, tokens: int
+) -> list[vpb.InferenceVerdict]:
     by_index = {response.index: response for response in responses}
     if len(responses) != count or sorted(by_index) != list(range(count)):
         raise BenchmarkError(f"ValidateInference: {len(responses)} answers covering {len(by_index)} of {count} items")
@@ -504,7 +539,9 @@ def require_all_passed(responses: Sequence[vpb.ValidateInferenceResponse], count
     failures = [f"item {index}: {problem}" for index, problem in problems.items() if problem]
     if failures:
         listed = "\n".join(failures[:10])
-        raise BenchmarkError(f"ValidateInference: {len(failures)} of {count} items did not pass (the server's own outputs):\n{listed}")
+        raise BenchmarkError(
+            f"ValidateInference: {len(failures)} of {count} items did not pass (the server's own outputs):\n{listed}"
+        )
     return [by_index[index].verdict for index in range(count)]
 
 
@@ -574,7 +611,13 @@ def summary_table(part: PartResult, unit: str | None = None) -> str:
         def mid(metric: str, rounds: list[Round] = rounds) -> float:
             return median(getattr(r, metric) for r in rounds)
 
-        cells = [name, str(len(rounds)), str(rounds[0].tokens), f"{mid('wall_seconds'):.2f}", f"{mid('tokens_per_second'):.0f}"]
+        cells = [
+            name,
+            str(len(rounds)),
+            str(rounds[0].tokens),
+            f"{mid('wall_seconds'):.2f}",
+            f"{mid('tokens_per_second'):.0f}",
+        ]
         cells += [f"{mid('first_tokens_seconds'):.2f}", f"{mid('decode_tokens_per_second'):.0f}"] if decoding else []
         cells += [f"{mid('units_per_second'):.1f}"] if unit else []
         cells += [", ".join(f"{getattr(r, headline):.0f}" for r in rounds)]
@@ -633,7 +676,11 @@ def validate_section(part: PartResult, args: argparse.Namespace) -> list[str]:
 
 
 def report(results: Results, args: argparse.Namespace, machine: dict[str, Any], wall: float) -> str:
-    engine = shlex.join(server_flags(args.model, args.server_flags)) + " " + " ".join(f"{k}={v}" for k, v in ENGINE_ENV.items())
+    engine = (
+        shlex.join(server_flags(args.model, args.server_flags))
+        + " "
+        + " ".join(f"{k}={v}" for k, v in ENGINE_ENV.items())
+    )
     lines = [
         "## Replay benchmark",
         "",
@@ -667,7 +714,9 @@ def part_record(part: PartResult) -> dict[str, Any]:
     }
 
 
-def json_document(results: Results, args: argparse.Namespace, machine: dict[str, Any], wall: float, log_path: Path) -> dict[str, Any]:
+def json_document(
+    results: Results, args: argparse.Namespace, machine: dict[str, Any], wall: float, log_path: Path
+) -> dict[str, Any]:
     return {
         "command": shlex.join(sys.orig_argv),
         "machine": machine,
@@ -694,18 +743,37 @@ def json_document(results: Results, args: argparse.Namespace, machine: dict[str,
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--repeats", type=int, default=3, help="measured cycles per part; figures are their medians (default: %(default)s)")
-    parser.add_argument("--tokens", type=int, default=64, help="tokens per stream in parts 1 and 2 (default: %(default)s)")
-    parser.add_argument("--items", type=int, default=200, help="ValidateInference items in part 3 (default: %(default)s)")
-    parser.add_argument("--validate-tokens", type=int, default=128, help="tokens per item in part 3 (default: %(default)s)")
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="model directory (default: the embedded model)")
-    parser.add_argument("--server-flags", default="", help="more server and vLLM flags, one string (a GPU host: --load-format dummy ...)")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=3,
+        help="measured cycles per part; figures are their medians (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--tokens", type=int, default=64, help="tokens per stream in parts 1 and 2 (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--items", type=int, default=200, help="ValidateInference items in part 3 (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--validate-tokens", type=int, default=128, help="tokens per item in part 3 (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--model", type=Path, default=DEFAULT_MODEL, help="model directory (default: the embedded model)"
+    )
+    parser.add_argument(
+        "--server-flags",
+        default="",
+        help="more server and vLLM flags, one string (a GPU host: --load-format dummy ...)",
+    )
     parser.add_argument("--json", type=Path, help="also write the full results as JSON here")
     args = parser.parse_args(argv)
     if min(args.repeats, args.items, args.validate_tokens) < 1:
         parser.error("--repeats, --items and --validate-tokens must be positive")
     if args.tokens < MIN_TOKENS:
-        parser.error(f"--tokens: at least {MIN_TOKENS}, so that every round has a decode window after its prefill steps")
+        parser.error(
+            f"--tokens: at least {MIN_TOKENS}, so that every round has a decode window after its prefill steps"
+        )
     if args.items > MAX_VALIDATE_ITEMS:
         parser.error(f"--items: the server takes at most {MAX_VALIDATE_ITEMS} items per ValidateInference call")
     if not (args.model / "config.json").is_file():

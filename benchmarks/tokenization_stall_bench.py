@@ -215,12 +215,16 @@ async def measure(target: str, args: argparse.Namespace) -> Measurement:
         text = maximal_prompt(info.max_prompt_chars, args.seed)
         prompt_bytes = len(text.encode())
         if info.max_request_bytes and prompt_bytes >= info.max_request_bytes:
-            raise RuntimeError(f"a {prompt_bytes}-byte prompt does not fit the server's {info.max_request_bytes}-byte requests: raise --max-request-mb")
+            raise RuntimeError(
+                f"a {prompt_bytes}-byte prompt does not fit the server's {info.max_request_bytes}-byte requests: raise --max-request-mb"
+            )
         # Built before the window: only sending it belongs to what is measured.
         big_request = build_request(prompt=text, max_tokens=1, temperature=0.0)
 
         logs = [StreamLog() for _ in range(args.streams)]
-        stream_request = build_request(token_ids=STREAM_PROMPT_IDS, max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0)
+        stream_request = build_request(
+            token_ids=STREAM_PROMPT_IDS, max_tokens=args.max_tokens, ignore_eos=True, temperature=0.0
+        )
         tasks = [asyncio.create_task(follow(streams_client, stream_request, log)) for log in logs]
         delays = LoopDelays()
         watcher = asyncio.create_task(delays.watch())
@@ -307,7 +311,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--max-prompt-chars", type=int, help="passed to the server (default: the server's own)")
     parser.add_argument("--max-request-mb", type=int, help="passed to the server (default: the server's own)")
     parser.add_argument("--streams", type=int, default=16, help="concurrent streams (default: %(default)s)")
-    parser.add_argument("--max-tokens", type=int, default=8000, help="tokens per stream; they must outlast both windows (default: %(default)s)")
+    parser.add_argument(
+        "--max-tokens",
+        type=int,
+        default=8000,
+        help="tokens per stream; they must outlast both windows (default: %(default)s)",
+    )
     parser.add_argument("--seed", type=int, default=1, help="seed of the big prompt's words (default: %(default)s)")
     args = parser.parse_args(argv)
     if args.streams < 1 or args.max_tokens < 2:

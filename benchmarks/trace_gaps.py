@@ -25,7 +25,13 @@ from typing import Any
 DEVICE_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
 HOST_CALL_CATEGORIES = {"cuda_runtime", "cuda_driver"}
 # Host calls that are not launches: a gap that one of these overlaps was very likely caused by it.
-LAUNCH_CALLS = {"cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel"}
+LAUNCH_CALLS = {
+    "cudaLaunchKernel",
+    "cuLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernelEx",
+    "cudaLaunchCooperativeKernel",
+}
 MIN_GAP_US = 20.0
 
 
@@ -61,7 +67,13 @@ def load_events(path: Path) -> list[dict[str, Any]]:
 
 def spans(events: list[dict[str, Any]], categories: set[str]) -> list[Span]:
     out = [
-        Span(e["name"], float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), e.get("tid"), (e.get("args") or {}).get("correlation"))
+        Span(
+            e["name"],
+            float(e["ts"]),
+            float(e["ts"]) + float(e.get("dur", 0)),
+            e.get("tid"),
+            (e.get("args") or {}).get("correlation"),
+        )
         for e in events
         if e.get("cat") in categories
     ]
@@ -94,7 +106,9 @@ def launching_ops(events: list[dict[str, Any]], host_calls: list[Span]) -> dict[
     return launched
 
 
-def find_gaps(device: list[Span], host_calls: list[Span], launched: dict[Any, str], lo: float, hi: float) -> tuple[float, list[Gap]]:
+def find_gaps(
+    device: list[Span], host_calls: list[Span], launched: dict[Any, str], lo: float, hi: float
+) -> tuple[float, list[Gap]]:
     """Busy microseconds inside [lo, hi] and every idle gap of at least MIN_GAP_US between device spans."""
     busy, gaps = 0.0, []
     cursor, previous = lo, "(window start)"
@@ -114,11 +128,28 @@ def find_gaps(device: list[Span], host_calls: list[Span], launched: dict[Any, st
     return busy, gaps
 
 
-def make_gap(start: float, end: float, previous: str, after: Span, host_calls: list[Span], call_starts: list[float], launched: dict[Any, str]) -> Gap:
-    return Gap(start, end, previous, after.name, launched.get(after.correlation, ""), overlapping(host_calls, call_starts, start, end))
+def make_gap(
+    start: float,
+    end: float,
+    previous: str,
+    after: Span,
+    host_calls: list[Span],
+    call_starts: list[float],
+    launched: dict[Any, str],
+) -> Gap:
+    return Gap(
+        start,
+        end,
+        previous,
+        after.name,
+        launched.get(after.correlation, ""),
+        overlapping(host_calls, call_starts, start, end),
+    )
 
 
-def overlapping(host_calls: list[Span], call_starts: list[float], start: float, end: float) -> tuple[tuple[str, float], ...]:
+def overlapping(
+    host_calls: list[Span], call_starts: list[float], start: float, end: float
+) -> tuple[tuple[str, float], ...]:
     """Host calls (launches already left out) that overlap [start, end], with how much of the gap each covers."""
     found: dict[str, float] = defaultdict(float)
     for call in host_calls[: bisect_right(call_starts, end)]:
@@ -131,9 +162,13 @@ def overlapping(host_calls: list[Span], call_starts: list[float], start: float, 
 def launch_lead(device: list[Span], host_calls: list[Span], lo: float, hi: float) -> list[str]:
     """How far ahead of the device the host ran: a host that launches each kernel just before it runs (a sync in
     the forward, or launches slower than the kernels) leaves no host time to overlap anything with the forward."""
-    launches = {call.correlation: call for call in host_calls if call.name in LAUNCH_CALLS and call.correlation is not None}
+    launches = {
+        call.correlation: call for call in host_calls if call.name in LAUNCH_CALLS and call.correlation is not None
+    }
     # Each kernel of the window with its launch (which may precede the window).
-    launched = [(launches[span.correlation], span) for span in device if lo <= span.start < hi and span.correlation in launches]
+    launched = [
+        (launches[span.correlation], span) for span in device if lo <= span.start < hi and span.correlation in launches
+    ]
     if not launched:
         return []
     leads = sorted(span.start - call.end for call, span in launched)
@@ -197,7 +232,9 @@ def report(path: Path, window: str | None, rows: int) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("traces", nargs="+", type=Path)
-    parser.add_argument("--window", help="a record_function range to measure within (default: first to last device activity)")
+    parser.add_argument(
+        "--window", help="a record_function range to measure within (default: first to last device activity)"
+    )
     parser.add_argument("--rows", type=int, default=12)
     args = parser.parse_args()
     for path in args.traces:

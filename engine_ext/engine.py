@@ -114,7 +114,9 @@ class MlnodeEngine:
         if request.enforced_token_ids is not None and self._speculative:
             # Speculative decoding skips the sampler seam that forces the tokens (and vLLM loads no
             # logits-processor plugin then): a replay would silently not be one.
-            raise RequestRejected("replays (enforced tokens) are not served while speculative decoding is on", "request")
+            raise RequestRejected(
+                "replays (enforced tokens) are not served while speculative decoding is on", "request"
+            )
         mode = request.logprobs_mode or self.default_logprobs_mode
         pad_masked = mode == LogprobsMode.PROCESSED
         params = sampling_params(request, mode, self._eos_token_id)
@@ -128,7 +130,9 @@ class MlnodeEngine:
             part = "constraint" if request.constraint is not None else "request"
             raise RequestRejected(str(error), part) from error
         if not streamed:
-            reader = RequestOutputReader(request.top_logprobs, request.prompt_logprobs, request.include_text, pad_masked)
+            reader = RequestOutputReader(
+                request.top_logprobs, request.prompt_logprobs, request.include_text, pad_masked
+            )
             return self._generated_steps(engine_request, params, request.request_id, reader)
         try:
             stream = await self._token_streams.open(request.request_id, engine_request, pad_masked)
@@ -157,7 +161,9 @@ class MlnodeEngine:
         """Ends the requests (given by their client-side ids) with finish reason abort."""
         streams = self._token_streams.streams_of(request_ids)
         streamed = {stream.external_request_id for stream in streams}
-        await self._abort_on_both_paths(streams, [request_id for request_id in request_ids if request_id not in streamed])
+        await self._abort_on_both_paths(
+            streams, [request_id for request_id in request_ids if request_id not in streamed]
+        )
 
     async def abort_all(self) -> int:
         """Ends every request in flight, on both paths, with finish reason abort; returns how many."""
@@ -190,12 +196,16 @@ class MlnodeEngine:
     async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
         """One PoC batch on KV blocks borrowed for it inside the same engine-core call
         (engine_ext.poc.block_lease); the result says when too few blocks were free."""
-        return PocBatchResult.from_wire(await self._guarded("PoC forward (utility call mlnode_poc_forward)", self._poc_call(batch)))
+        return PocBatchResult.from_wire(
+            await self._guarded("PoC forward (utility call mlnode_poc_forward)", self._poc_call(batch))
+        )
 
     async def poc_decoder(self) -> PocDecoderReport:
         """The PoC decoder every worker made for the served model (the first rank's report: every rank runs the
         same model)."""
-        reports = await self._guarded("PoC decoder (collective_rpc mlnode_poc_decoder)", self._llm.collective_rpc("mlnode_poc_decoder"))
+        reports = await self._guarded(
+            "PoC decoder (collective_rpc mlnode_poc_decoder)", self._llm.collective_rpc("mlnode_poc_decoder")
+        )
         return PocDecoderReport(**reports[0])
 
     async def compile_poc_forward(self) -> PocBatchResult:
@@ -211,17 +221,27 @@ class MlnodeEngine:
         compiling batch's result (its graph count and compile seconds)."""
         result = await self._prepare_call(small=current_platform.is_cpu())
         if result.status == BATCH_INSUFFICIENT_BLOCKS:
-            log.warning("compiling the PoC forward on a small batch: %d KV blocks free, %d needed for a full-size one", result.free_blocks, result.needed_blocks)
+            log.warning(
+                "compiling the PoC forward on a small batch: %d KV blocks free, %d needed for a full-size one",
+                result.free_blocks,
+                result.needed_blocks,
+            )
             result = await self._prepare_call(small=True)
         if result.status != BATCH_OK:
-            raise PocForwardUnprepared(f"the compiled PoC forward's first batch came back {result.status}: {result.detail}")
+            raise PocForwardUnprepared(
+                f"the compiled PoC forward's first batch came back {result.status}: {result.detail}"
+            )
         return result
 
     async def _prepare_call(self, small: bool) -> PocBatchResult:
         config = self._llm.vllm_config
         scheduler = config.scheduler_config
-        nonces, seq_len = (2, PREPARE_SEQ_LEN) if small else full_size_shape(
-            scheduler.max_num_batched_tokens, scheduler.max_num_seqs, config.model_config.max_model_len
+        nonces, seq_len = (
+            (2, PREPARE_SEQ_LEN)
+            if small
+            else full_size_shape(
+                scheduler.max_num_batched_tokens, scheduler.max_num_seqs, config.model_config.max_model_len
+            )
         )
         batch = PocBatch(PREPARE_BLOCK_HASH, PREPARE_PUBLIC_KEY, tuple(range(nonces)), seq_len, PREPARE_K_DIM, False)
         try:
@@ -252,7 +272,9 @@ class MlnodeEngine:
         return await self._utility("mlnode_process_report")
 
     async def worker_reports(self) -> list[dict[str, Any]]:
-        return await self._guarded("worker report (collective_rpc mlnode_process_report)", self._llm.collective_rpc("mlnode_process_report"))
+        return await self._guarded(
+            "worker report (collective_rpc mlnode_process_report)", self._llm.collective_rpc("mlnode_process_report")
+        )
 
     def tokenizer(self) -> Any:
         """The served model's (Hugging Face) tokenizer, as the engine itself uses it."""

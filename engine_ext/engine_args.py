@@ -78,13 +78,17 @@ def build_engine_parser(
 
 def engine_args_from(namespace: argparse.Namespace, default_model: DefaultModel) -> EngineSettings:
     if namespace.model is not None:
-        return EngineSettings(_with_poc_batch_budget(_with_xgrammar_by_default(AsyncEngineArgs.from_cli_args(namespace))))
+        return EngineSettings(
+            _with_poc_batch_budget(_with_xgrammar_by_default(AsyncEngineArgs.from_cli_args(namespace)))
+        )
     served_names = namespace.served_model_name or [default_model.served_model_name]
     model_dir = default_model.locate()
     args = AsyncEngineArgs.from_cli_args(
         argparse.Namespace(**{**vars(namespace), "model": str(model_dir), "served_model_name": served_names})
     )
-    return EngineSettings(_with_poc_batch_budget(_with_xgrammar_by_default(args)), _default_model_environment(args, model_dir))
+    return EngineSettings(
+        _with_poc_batch_budget(_with_xgrammar_by_default(args)), _default_model_environment(args, model_dir)
+    )
 
 
 def _with_poc_batch_budget(args: AsyncEngineArgs) -> AsyncEngineArgs:
@@ -118,7 +122,10 @@ def _default_model_environment(args: AsyncEngineArgs, model_dir: Path) -> dict[s
     log.info(
         "KV cache: %d GiB, for %d sequences of %d tokens (the default model's whole context at the "
         "batch's full concurrency); set %s (GiB) to change it",
-        gib, max_num_seqs, max_model_len, CPU_KV_CACHE_ENV,
+        gib,
+        max_num_seqs,
+        max_model_len,
+        CPU_KV_CACHE_ENV,
     )
     return {CPU_KV_CACHE_ENV: str(gib)}
 

@@ -20,7 +20,9 @@ T = TypeVar("T")
 
 
 class EngineCalls:
-    def __init__(self, timeout_seconds: float, stuck_after_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, timeout_seconds: float, stuck_after_seconds: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.timeout_seconds = timeout_seconds
         self.stuck_after_seconds = stuck_after_seconds
         self._clock = clock

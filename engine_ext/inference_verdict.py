@@ -34,21 +34,37 @@ class InferenceJudgement:
     top_ids_found: float = 0.0
 
 
-def judge_inference(executor: Sequence[Position], replay: Sequence[Position], k: int, threshold: float) -> InferenceJudgement:
+def judge_inference(
+    executor: Sequence[Position], replay: Sequence[Position], k: int, threshold: float
+) -> InferenceJudgement:
     for position, (token, top) in enumerate(executor):
         if not top:
             return InferenceJudgement(False, float("nan"), 0.0, InferenceFailure.EMPTY_TOP_K, position, token)
     for position, ((executor_token, _), (replay_token, _)) in enumerate(zip(executor, replay)):
         if executor_token != replay_token:
             return InferenceJudgement(
-                False, -1.0, 0.0, InferenceFailure.TOKEN_DIFFERS, position, executor_token, replay_token, _found(executor, replay)
+                False,
+                -1.0,
+                0.0,
+                InferenceFailure.TOKEN_DIFFERS,
+                position,
+                executor_token,
+                replay_token,
+                _found(executor, replay),
             )
     if len(executor) != len(replay):
         position = min(len(executor), len(replay))
         executor_token = executor[position][0] if position < len(executor) else None
         replay_token = replay[position][0] if position < len(replay) else None
         return InferenceJudgement(
-            False, -1.0, 0.0, InferenceFailure.LENGTH_DIFFERS, position, executor_token, replay_token, _found(executor, replay)
+            False,
+            -1.0,
+            0.0,
+            InferenceFailure.LENGTH_DIFFERS,
+            position,
+            executor_token,
+            replay_token,
+            _found(executor, replay),
         )
     distance = sequence_distance(executor, replay, k)
     similar = similarity(distance)

@@ -32,7 +32,10 @@ class LogprobColumns:
         if start == 0 and end >= len(self.logprobs):
             return self
         return LogprobColumns(
-            self.logprobs[start:end], self.ranks[start:end], self.top_ids[start * k : end * k], self.top_logprobs[start * k : end * k]
+            self.logprobs[start:end],
+            self.ranks[start:end],
+            self.top_ids[start * k : end * k],
+            self.top_logprobs[start * k : end * k],
         )
 
 

@@ -30,7 +30,9 @@ def request_packed_logprobs(params: SamplingParams) -> None:
 
 
 def wants_packed_logprobs(params: SamplingParams | None) -> bool:
-    return params is not None and params.logprobs is not None and bool((params.extra_args or {}).get(PACKED_LOGPROBS_ARG))
+    return (
+        params is not None and params.logprobs is not None and bool((params.extra_args or {}).get(PACKED_LOGPROBS_ARG))
+    )
 
 
 def pack(lists: LogprobsLists) -> bytes:

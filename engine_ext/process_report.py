@@ -20,4 +20,7 @@ def describe_model_runner(runner: Any) -> dict[str, Any]:
 
     kind = type(runner)
     # The V1 runners of every platform (CPU, XPU...) derive from the GPU one; the V2 runners do not.
-    return {"model_runner": f"{kind.__module__}.{kind.__qualname__}", "v1_model_runner": isinstance(runner, GPUModelRunner)}
+    return {
+        "model_runner": f"{kind.__module__}.{kind.__qualname__}",
+        "v1_model_runner": isinstance(runner, GPUModelRunner),
+    }

@@ -102,7 +102,9 @@ class ReplayRows(LogitsProcessor):
             return sampled
         tokens = [self._rows[index].next_enforced_token() for index in rows]
         forced = sampled.clone()
-        forced[self._on_device(rows, torch.long, sampled.device)] = self._on_device(tokens, sampled.dtype, sampled.device)
+        forced[self._on_device(rows, torch.long, sampled.device)] = self._on_device(
+            tokens, sampled.dtype, sampled.device
+        )
         return forced
 
     def _on_device(self, values: list[Any], dtype: torch.dtype, device: torch.device) -> torch.Tensor:

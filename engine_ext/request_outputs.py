@@ -20,7 +20,9 @@ from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColu
 class RequestOutputReader:
     """One request's RequestOutputs as GenerationSteps (prompt logprobs only on the first step)."""
 
-    def __init__(self, top_logprobs: int | None, prompt_logprobs: int | None, include_text: bool, pad_masked: bool = False) -> None:
+    def __init__(
+        self, top_logprobs: int | None, prompt_logprobs: int | None, include_text: bool, pad_masked: bool = False
+    ) -> None:
         self._top_logprobs = top_logprobs
         # Processed-mode logprobs: masked top-k entries take the lowest ids (engine_ext.logprob_padding).
         self._pad_masked = pad_masked
@@ -49,7 +51,9 @@ class RequestOutputReader:
             pad_masked_entries(columns, k)
         finish = None
         if completion.finish_reason is not None:
-            finish = Finish(finish_reason(completion.finish_reason), completion.stop_reason, prompt_tokens, cached_tokens)
+            finish = Finish(
+                finish_reason(completion.finish_reason), completion.stop_reason, prompt_tokens, cached_tokens
+            )
         return OutputDelta(completion.index, token_ids, columns, completion.text if self._include_text else "", finish)
 
 

@@ -40,7 +40,11 @@ from engine_ext.seams import seams_for_installed_vllm, token_stream_request_stat
 
 def stream_failure(error: Exception) -> EngineError:
     """What a stream's consumer gets when vLLM's output handler fails: the project's own error."""
-    failure = EngineDead("the engine has died") if isinstance(error, EngineDeadError) else RequestFailed(f"the engine failed: {error!r}")
+    failure = (
+        EngineDead("the engine has died")
+        if isinstance(error, EngineDeadError)
+        else RequestFailed(f"the engine failed: {error!r}")
+    )
     failure.__cause__ = error
     return failure
 
@@ -233,7 +237,10 @@ class TokenStreams:
         return process_outputs_and_streams
 
     def _deliver(
-        self, outputs: list[EngineCoreOutput], engine_core_timestamp: float | None, iteration_stats: IterationStats | None
+        self,
+        outputs: list[EngineCoreOutput],
+        engine_core_timestamp: float | None,
+        iteration_stats: IterationStats | None,
     ) -> list[EngineCoreOutput]:
         """Appends the streams' outputs to them; returns the others, for vLLM's own processing."""
         streams = self._streams
@@ -261,7 +268,9 @@ class TokenStreams:
                         self._llm.output_processor.lora_states,
                     )
                 else:
-                    self._seams.count_token_stream_tokens(iteration_stats, output, stream.prefilling, stream.prompt_length)
+                    self._seams.count_token_stream_tokens(
+                        iteration_stats, output, stream.prefilling, stream.prompt_length
+                    )
             stream.prefilling = False
             stream.append(output)
             if stream.done:

@@ -26,7 +26,9 @@ class MlnodeWorkerExtension:
             return {"architecture": architecture, "unsupported": str(error)}
         return {"architecture": architecture, "decoder": decoder.name, "compiles": decoder.compiles}
 
-    def mlnode_poc_forward(self, wire_batch: dict[str, Any], block_ids: list[list[int]], compiled: bool) -> dict[str, Any] | None:
+    def mlnode_poc_forward(
+        self, wire_batch: dict[str, Any], block_ids: list[list[int]], compiled: bool
+    ) -> dict[str, Any] | None:
         """One PoC batch on this rank (engine_ext.poc.worker_forward), on KV blocks the engine core
         borrowed for it, with the compiled or the eager forward; None on ranks that do not compute
         the head."""

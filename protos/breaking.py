@@ -45,7 +45,11 @@ class Verdict:
         return not self.undeclared and not self.stale
 
     def report(self) -> str:
-        compared = f"compared with {self.base.commit[:12]} ({self.base.why})" if self.base else "HEAD is the first commit: nothing to compare"
+        compared = (
+            f"compared with {self.base.commit[:12]} ({self.base.why})"
+            if self.base
+            else "HEAD is the first commit: nothing to compare"
+        )
         if self.passed:
             return f"contract: no undeclared breaking change ({compared})"
         lines = [f"contract: breaking-change check failed, {compared}"]
@@ -57,7 +61,10 @@ class Verdict:
             ]
             lines += [entry_for(finding) for finding in self.undeclared]
         if self.stale:
-            lines += ["", "declared in protos/BREAKING_CHANGES.toml but not reported (an earlier commit's, or fixed): remove"]
+            lines += [
+                "",
+                "declared in protos/BREAKING_CHANGES.toml but not reported (an earlier commit's, or fixed): remove",
+            ]
             lines += [f"  {item.rule} {item.file}: {item.message}" for item in self.stale]
         return "\n".join(lines)
 
@@ -66,8 +73,12 @@ def declared_breaks(path: Path = DECLARATIONS) -> list[Declaration]:
     entries = tomllib.loads(path.read_text()).get("break", [])
     declarations = []
     for index, entry in enumerate(entries):
-        if set(entry) != set(DECLARATION_KEYS) or not all(isinstance(entry[key], str) and entry[key].strip() for key in DECLARATION_KEYS):
-            raise ValueError(f"{path.name}: [[break]] entry {index} must set exactly {', '.join(DECLARATION_KEYS)}, each a non-empty string")
+        if set(entry) != set(DECLARATION_KEYS) or not all(
+            isinstance(entry[key], str) and entry[key].strip() for key in DECLARATION_KEYS
+        ):
+            raise ValueError(
+                f"{path.name}: [[break]] entry {index} must set exactly {', '.join(DECLARATION_KEYS)}, each a non-empty string"
+            )
         declarations.append(Declaration(**entry))
     return declarations
 

@@ -50,7 +50,9 @@ def installed_version() -> str:
 
 def _run(args: list[str], module: Path) -> str:
     if not BUF.is_file():
-        raise BufMissing(f"buf is not installed at {BUF.relative_to(REPO_ROOT)}: run `make buf` (make test installs it; it needs npm)")
+        raise BufMissing(
+            f"buf is not installed at {BUF.relative_to(REPO_ROOT)}: run `make buf` (make test installs it; it needs npm)"
+        )
     # From the module's directory, with "." as input: the paths buf reports are relative to it.
     done = subprocess.run([str(BUF), *args], cwd=module, capture_output=True, text=True)
     if done.returncode not in (0, FOUND_PROBLEMS):

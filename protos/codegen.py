@@ -46,7 +46,11 @@ def check() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         fresh = generate(Path(tmp))
         committed = generated_files(PYTHON_OUT)
-        stale = [str(p) for p in fresh if not (PYTHON_OUT / p).is_file() or not filecmp.cmp(Path(tmp) / p, PYTHON_OUT / p, shallow=False)]
+        stale = [
+            str(p)
+            for p in fresh
+            if not (PYTHON_OUT / p).is_file() or not filecmp.cmp(Path(tmp) / p, PYTHON_OUT / p, shallow=False)
+        ]
         orphans = [str(p) for p in committed if p not in fresh]
     if stale or orphans:
         for path in stale:

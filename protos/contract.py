@@ -54,9 +54,13 @@ def problems(current: Record, digest: str, previous: Record | None) -> list[str]
         if current.revision < 1:
             found.append(f"REVISION is {current.revision}; revisions start at 1")
     elif digest == previous.digest and current.revision != previous.revision:
-        found.append(f"REVISION is {current.revision}, but the contract equals the previous commit's (revision {previous.revision})")
+        found.append(
+            f"REVISION is {current.revision}, but the contract equals the previous commit's (revision {previous.revision})"
+        )
     elif digest != previous.digest and current.revision <= previous.revision:
-        found.append(f"REVISION is {current.revision}, but the contract changed since the previous commit's revision {previous.revision}")
+        found.append(
+            f"REVISION is {current.revision}, but the contract changed since the previous commit's revision {previous.revision}"
+        )
     return found
 
 
@@ -70,7 +74,10 @@ def rewritten(current: Record, digest: str, previous: Record | None) -> Record:
 
 def write_record(path: Path, record: Record) -> None:
     text = path.read_text()
-    for pattern, value in ((r"^REVISION = \d+$", f"REVISION = {record.revision}"), (r'^DIGEST = "sha256:[0-9a-f]{64}"$', f'DIGEST = "{record.digest}"')):
+    for pattern, value in (
+        (r"^REVISION = \d+$", f"REVISION = {record.revision}"),
+        (r'^DIGEST = "sha256:[0-9a-f]{64}"$', f'DIGEST = "{record.digest}"'),
+    ):
         text, count = re.subn(pattern, value, text, flags=re.MULTILINE)
         if count != 1:
             raise ValueError(f"{path}: expected one line matching {pattern}, found {count}")
@@ -88,7 +95,9 @@ def main() -> int:
     record = rewritten(current, stub_digest(), previous)
     if record != current:
         write_record(path, record)
-    print(f"{RECORD_PATH}: contract revision {record.revision}, {record.digest}{' (unchanged)' if record == current else ''}")
+    print(
+        f"{RECORD_PATH}: contract revision {record.revision}, {record.digest}{' (unchanged)' if record == current else ''}"
+    )
     return 0
 
 

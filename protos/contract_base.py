@@ -46,7 +46,9 @@ def previous_contract(repo: Path = REPO_ROOT) -> Base | None:
     """The commit holding the previous contract (None: HEAD is the first commit; see the module doc)."""
     head = _git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", check=False)
     if not head:
-        raise ContractBaseError(f"{repo} has no commit (or is not a git checkout): the contract checks compare with the previous commit")
+        raise ContractBaseError(
+            f"{repo} has no commit (or is not a git checkout): the contract checks compare with the previous commit"
+        )
     if _git(repo, "status", "--porcelain", "--untracked-files=all", "--", PROTO_FILES):
         return Base(repo, head, "HEAD: the working tree's protos differ from it")
     parent = _git(repo, "rev-parse", "--verify", "--quiet", "HEAD~1^{commit}", check=False)
@@ -62,9 +64,13 @@ def previous_contract(repo: Path = REPO_ROOT) -> Base | None:
 
 def extract_protos(base: Base, destination: Path) -> Path:
     """Writes the base commit's protos/ under `destination`; returns that protos/ directory."""
-    archive = subprocess.run(["git", "-C", str(base.repo), "archive", "--format=tar", base.commit, "protos"], capture_output=True)
+    archive = subprocess.run(
+        ["git", "-C", str(base.repo), "archive", "--format=tar", base.commit, "protos"], capture_output=True
+    )
     if archive.returncode != 0:
-        raise ContractBaseError(f"cannot read protos/ at {base.commit}: {archive.stderr.decode(errors='replace').strip()}")
+        raise ContractBaseError(
+            f"cannot read protos/ at {base.commit}: {archive.stderr.decode(errors='replace').strip()}"
+        )
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(destination, filter="data")
     return destination / "protos"

@@ -113,7 +113,11 @@ async def serve(options: ServerOptions, credentials: ServerCredentials, engine_a
         # With metrics, token streams feed vLLM's per-request metrics too (about 2 µs a token).
         request_metrics = options.metrics is not None
         engine = create_engine(
-            engine_args, calls, LOGPROBS_MODES[options.default_logprobs_mode], request_metrics, options.poc.compiled_forward,
+            engine_args,
+            calls,
+            LOGPROBS_MODES[options.default_logprobs_mode],
+            request_metrics,
+            options.poc.compiled_forward,
             options.poc.enabled,
         )
     except (EngineConfigurationError, UnsupportedVllmVersion) as error:
@@ -143,13 +147,23 @@ async def _prepare_poc_forward(engine: MlnodeEngine, poc: PocOptions) -> None:
     try:
         result = await engine.compile_poc_forward()
     except Exception as error:  # torch.compile's failures have no common base class
-        raise StartupError(f"the PoC forward did not compile ({error}); --poc-forward eager runs it uncompiled") from error
-    log.info("PoC forward compiled in %.1f s (%d graphs, %.1f s of it in inductor)", time.monotonic() - started,
-             result.compiled_graphs, result.compile_seconds)
+        raise StartupError(
+            f"the PoC forward did not compile ({error}); --poc-forward eager runs it uncompiled"
+        ) from error
+    log.info(
+        "PoC forward compiled in %.1f s (%d graphs, %.1f s of it in inductor)",
+        time.monotonic() - started,
+        result.compiled_graphs,
+        result.compile_seconds,
+    )
 
 
 async def _serve_engine(
-    engine: MlnodeEngine, options: ServerOptions, credentials: ServerCredentials, trigger: ShutdownTrigger, store_lock: StoreLock
+    engine: MlnodeEngine,
+    options: ServerOptions,
+    credentials: ServerCredentials,
+    trigger: ShutdownTrigger,
+    store_lock: StoreLock,
 ) -> int:
     try:
         await engine.require_extension()
@@ -183,9 +197,15 @@ async def _serve_engine(
     )
     translator = RequestTranslator(facts, PromptReader(facts, limits, tokenizers))
     versions = pb.Versions(**component_versions(), grpc=grpc.__version__)
-    servicer = InferenceServicer(engine, facts, limits, options.max_request_bytes, translator, registry, admission, versions, authorizer)
+    servicer = InferenceServicer(
+        engine, facts, limits, options.max_request_bytes, translator, registry, admission, versions, authorizer
+    )
 
-    metrics = None if options.metrics is None else ServerMetrics(options.metrics, engine.metrics_registry(), poc.control, poc.sender)
+    metrics = (
+        None
+        if options.metrics is None
+        else ServerMetrics(options.metrics, engine.metrics_registry(), poc.control, poc.sender)
+    )
     # Authorization first: a refused caller reaches no other interceptor and learns nothing else.
     # Metrics before it: they only watch, and count refused calls with their code and reason too.
     interceptors = (
@@ -200,7 +220,9 @@ async def _serve_engine(
     add_raw_request_service(server, POC_SERVICE, poc.servicer)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     health_service = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-    enable_reflection(server, (INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name, POC_SERVICE.full_name, health_service))
+    enable_reflection(
+        server, (INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name, POC_SERVICE.full_name, health_service)
+    )
     try:
         _listen(server, options.address, credentials.tls)
     except RuntimeError as error:
@@ -218,7 +240,9 @@ async def _serve_engine(
     log.info("serving %s on %s (%s)", facts.served_model_name, options.address, credentials.summary())
 
     poc.sender.start()
-    background = [asyncio.create_task(watch_engine(engine, trigger, health, HEALTH_CHECKED_SERVICES, admission, GATED_SERVICES))]
+    background = [
+        asyncio.create_task(watch_engine(engine, trigger, health, HEALTH_CHECKED_SERVICES, admission, GATED_SERVICES))
+    ]
     if engine.logs_stats:
         background.append(asyncio.create_task(_log_engine_stats(engine)))
     await trigger.wait()

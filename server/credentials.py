@@ -61,7 +61,9 @@ def load_credentials(options: ServerOptions, environ: Mapping[str, str]) -> Serv
 def _load_tls(options: ServerOptions) -> TlsMaterial | None:
     if options.tls_cert_file is None and options.tls_key_file is None:
         if options.tls_client_ca_file is not None:
-            raise CredentialsError("--tls-client-ca needs --tls-cert and --tls-key: client certificates are checked over TLS")
+            raise CredentialsError(
+                "--tls-client-ca needs --tls-cert and --tls-key: client certificates are checked over TLS"
+            )
         return None
     if options.tls_cert_file is None or options.tls_key_file is None:
         raise CredentialsError("--tls-cert and --tls-key go together: give both or neither")

@@ -22,7 +22,9 @@ def engine_failure(error: Exception, plan: GenerationPlan | None, admission: Adm
     if isinstance(error, RequestRejected):
         return _rejection(error, plan)
     if isinstance(error, EngineDead):
-        return ServiceError(grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_DEAD, "the engine has died; the server is going down")
+        return ServiceError(
+            grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_DEAD, "the engine has died; the server is going down"
+        )
     if isinstance(error, EnginePaused):
         if not admission.is_open:
             return admission.refusal()
@@ -30,7 +32,10 @@ def engine_failure(error: Exception, plan: GenerationPlan | None, admission: Adm
             # It slipped past the gate interceptor while the round was starting.
             return admission.gate.refusal()
         return ServiceError(
-            grpc.StatusCode.UNAVAILABLE, Reason.ENGINE_PAUSED, "the engine is paused", retry_after_seconds=PAUSED_RETRY_AFTER_SECONDS
+            grpc.StatusCode.UNAVAILABLE,
+            Reason.ENGINE_PAUSED,
+            "the engine is paused",
+            retry_after_seconds=PAUSED_RETRY_AFTER_SECONDS,
         )
     if isinstance(error, EngineCallTimeout):
         return ServiceError(grpc.StatusCode.DEADLINE_EXCEEDED, Reason.ENGINE_CALL_TIMEOUT, str(error))
@@ -44,7 +49,9 @@ def engine_failure(error: Exception, plan: GenerationPlan | None, admission: Adm
 def _rejection(error: RequestRejected, plan: GenerationPlan | None) -> ServiceError:
     """The engine's own input validation refused the request (the checks before it cover the rest)."""
     if error.part == "constraint" and plan is not None and plan.constraint_field is not None:
-        return invalid_field(plan.constraint_field, f"the engine rejected the constraint: {error.message}", Reason.INVALID_CONSTRAINT)
+        return invalid_field(
+            plan.constraint_field, f"the engine rejected the constraint: {error.message}", Reason.INVALID_CONSTRAINT
+        )
     if error.part == "sampling":
         return invalid_field("sampling", error.message)
     return invalid_field("request", f"the engine rejected the request: {error.message}")

@@ -81,7 +81,9 @@ class ServiceError(Exception):
         return status_pb2.Status(code=self.code.value[0], message=self.message, details=packed)
 
     def trailing_metadata(self) -> tuple[tuple[str, bytes | str], ...]:
-        trailers: tuple[tuple[str, bytes | str], ...] = (("grpc-status-details-bin", self.to_status_proto().SerializeToString()),)
+        trailers: tuple[tuple[str, bytes | str], ...] = (
+            ("grpc-status-details-bin", self.to_status_proto().SerializeToString()),
+        )
         if self.retry_after_seconds is not None:
             # gRPC's own retry policies read this trailer (gRFC A6), not RetryInfo.
             trailers += (("grpc-retry-pushback-ms", str(round(self.retry_after_seconds * 1000))),)

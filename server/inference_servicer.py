@@ -31,7 +31,6 @@ from server.translation import GenerationPlan, RequestTranslator
 from server.translation.prompt import PromptLimits
 
 
-
 class InferenceServicer:
     def __init__(
         self,
@@ -76,7 +75,11 @@ class InferenceServicer:
                         for message in encoder.encode(step):
                             yield message
                         if step.finished:
-                            if _aborted(step) and not entry.abort_requested and self._admission.gate.closings != gate_closings:
+                            if (
+                                _aborted(step)
+                                and not entry.abort_requested
+                                and self._admission.gate.closings != gate_closings
+                            ):
                                 # A mining round started while it ran, and aborted it.
                                 failure = self._admission.gate.preemption()
                             break
@@ -155,7 +158,9 @@ class InferenceServicer:
             response.waiting_requests = state.waiting
             response.kv_cache_usage = state.kv_cache_usage
             if request.include_engine_processes:
-                response.engine_processes.append(_engine_process(pb.EngineProcess.ROLE_ENGINE_CORE, await self._engine.engine_core_report()))
+                response.engine_processes.append(
+                    _engine_process(pb.EngineProcess.ROLE_ENGINE_CORE, await self._engine.engine_core_report())
+                )
                 for report in await self._engine.worker_reports():
                     response.engine_processes.append(_engine_process(pb.EngineProcess.ROLE_WORKER, report))
         except Exception as error:
@@ -168,11 +173,16 @@ class InferenceServicer:
         except ServiceError as error:
             await abort_with(context, error)
 
+
 def _aborted(step: GenerationStep) -> bool:
     return any(delta.finish is not None and delta.finish.reason is FinishReason.ABORT for delta in step.outputs)
 
 
 def _engine_process(role: int, report: dict) -> pb.EngineProcess:
     return pb.EngineProcess(
-        role=role, pid=report["pid"], vllm_version=report["vllm_version"], seams=report["seams"], model_runner=report.get("model_runner", "")
+        role=role,
+        pid=report["pid"],
+        vllm_version=report["vllm_version"],
+        seams=report["seams"],
+        model_runner=report.get("model_runner", ""),
     )

@@ -221,7 +221,11 @@ class _RefusedSecretFlag(argparse.Action):
         super().__init__(option_strings, dest, nargs="?", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
 
     def __call__(
-        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object, option_string: str | None = None
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: object,
+        option_string: str | None = None,
     ) -> None:
         parser.error(
             f"{option_string} is refused: a token on the command line is visible to every user of this machine; "

@@ -16,7 +16,14 @@ from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
 from server.poc.round_control import RoundControl, round_not_found
 from server.poc.mining_round import MiningRound
 from server.poc.outcomes import artifact_batch_message, split_outcomes
-from server.poc.round_params import PocLimits, artifact_params, batch_size_of, nonce_list, require_poc_enabled, round_parameters
+from server.poc.round_params import (
+    PocLimits,
+    artifact_params,
+    batch_size_of,
+    nonce_list,
+    require_poc_enabled,
+    round_parameters,
+)
 from server.service_registration import decode_request
 
 MAX_COMPUTE_NONCES = 100_000
@@ -28,7 +35,9 @@ END_REASONS = {
 
 
 class PocServicer:
-    def __init__(self, control: RoundControl, hub: ArtifactHub, runner: PocBatchRunner, limits: PocLimits, admission: Admission) -> None:
+    def __init__(
+        self, control: RoundControl, hub: ArtifactHub, runner: PocBatchRunner, limits: PocLimits, admission: Admission
+    ) -> None:
         self._control = control
         self._hub = hub
         self._runner = runner
@@ -62,7 +71,9 @@ class PocServicer:
         except Exception as error:
             await abort_with(context, engine_failure(error, None, self._admission))
 
-    async def SubscribeArtifacts(self, raw: bytes, context: aio.ServicerContext) -> AsyncIterator[poc_pb2.SubscribeArtifactsResponse]:
+    async def SubscribeArtifacts(
+        self, raw: bytes, context: aio.ServicerContext
+    ) -> AsyncIterator[poc_pb2.SubscribeArtifactsResponse]:
         failure: ServiceError | None = None
         try:
             request = decode_request(poc_pb2.SubscribeArtifactsRequest, raw)
@@ -82,13 +93,17 @@ class PocServicer:
         if failure is not None:
             await abort_with(context, failure)
 
-    async def ComputeArtifacts(self, raw: bytes, context: aio.ServicerContext) -> AsyncIterator[poc_pb2.ComputeArtifactsResponse]:
+    async def ComputeArtifacts(
+        self, raw: bytes, context: aio.ServicerContext
+    ) -> AsyncIterator[poc_pb2.ComputeArtifactsResponse]:
         failure: ServiceError | None = None
         try:
             request = decode_request(poc_pb2.ComputeArtifactsRequest, raw)
             require_poc_enabled(self._limits)
             self._admission.require_open()
-            params = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, self._limits)
+            params = artifact_params(
+                request.block_hash, request.public_key, request, request.stronger_rng, self._limits
+            )
             batch_size = batch_size_of(request, params.seq_len, self._limits)
             nonces = nonce_list(list(request.nonces), "nonces", MAX_COMPUTE_NONCES)
             notes = KvBlockNotes()
@@ -136,6 +151,7 @@ def _event_message(round_id: str, event: object) -> poc_pb2.SubscribeArtifactsRe
         )
         return poc_pb2.SubscribeArtifactsResponse(round_id=round_id, lost=lost)
     assert isinstance(event, EndEvent)
-    end = poc_pb2.SubscriptionEnd(reason=END_REASONS[event.reason], detail=event.detail, last_sequence=event.last_sequence)
+    end = poc_pb2.SubscriptionEnd(
+        reason=END_REASONS[event.reason], detail=event.detail, last_sequence=event.last_sequence
+    )
     return poc_pb2.SubscribeArtifactsResponse(round_id=round_id, end=end)
-

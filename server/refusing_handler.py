@@ -28,4 +28,6 @@ def refusing_handler(handler: grpc.RpcMethodHandler, error: ServiceError) -> grp
         await abort_with(context, error)
 
     make = HANDLER_FACTORIES[(bool(handler.request_streaming), bool(handler.response_streaming))]
-    return make(refuse, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
+    return make(
+        refuse, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+    )

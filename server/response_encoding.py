@@ -24,7 +24,9 @@ NEG_INF = -math.inf
 REPORTED_NEG_INF = -9999.0
 
 
-def fill_token_batch(batch: pb.TokenBatch, ids: list[int], columns: LogprobColumns | None, k: int | None, chain: bool = False) -> None:
+def fill_token_batch(
+    batch: pb.TokenBatch, ids: list[int], columns: LogprobColumns | None, k: int | None, chain: bool = False
+) -> None:
     """In place: building the sub-message inside its parent saves a copy per message."""
     batch.ids.extend(ids)
     if columns is None or k is None:
@@ -74,7 +76,9 @@ class ResponseEncoder:
             if not messages:
                 messages.append(pb.GenerateResponse(request_id=self._request_id))
             prompt = step.prompt_logprobs
-            fill_token_batch(messages[0].prompt_logprobs.tokens, prompt.token_ids, prompt.logprobs, self._prompt_logprobs)
+            fill_token_batch(
+                messages[0].prompt_logprobs.tokens, prompt.token_ids, prompt.logprobs, self._prompt_logprobs
+            )
         return messages
 
     def _single_message(self, delta: OutputDelta) -> pb.GenerateResponse:

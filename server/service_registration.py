@@ -23,8 +23,12 @@ def add_raw_request_service(server: grpc.aio.Server, service: ServiceDescriptor,
         if method.client_streaming:
             raise NotImplementedError(f"{method.full_name}: client-streaming methods are not supported here")
         serialize = message_factory.GetMessageClass(method.output_type).SerializeToString
-        make_handler = grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
-        handlers[method.name] = make_handler(getattr(servicer, method.name), request_deserializer=None, response_serializer=serialize)
+        make_handler = (
+            grpc.unary_stream_rpc_method_handler if method.server_streaming else grpc.unary_unary_rpc_method_handler
+        )
+        handlers[method.name] = make_handler(
+            getattr(servicer, method.name), request_deserializer=None, response_serializer=serialize
+        )
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service.full_name, handlers),))
 
 

@@ -44,14 +44,20 @@ class TokenizerPool:
         pieces, each dropped on its own, and only a text that may fit is encoded whole."""
         return await self._run(lambda tokenizer: _encode(tokenizer, text, max_tokens))
 
-    async def render_chat(self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool, variables: Mapping[str, Any]) -> list[int]:
+    async def render_chat(
+        self, messages: Sequence[Mapping[str, str]], add_generation_prompt: bool, variables: Mapping[str, Any]
+    ) -> list[int]:
         """The served chat template applied to `messages`, tokenized. Raises whatever the template
         raises on messages it rejects."""
 
         def render(tokenizer: Any) -> list[int]:
             # return_dict=False: transformers 5 returns an encoding dict by default, 4 a list.
             ids = tokenizer.apply_chat_template(
-                list(messages), add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False, **variables
+                list(messages),
+                add_generation_prompt=add_generation_prompt,
+                tokenize=True,
+                return_dict=False,
+                **variables,
             )
             return list(ids)
 

@@ -71,7 +71,9 @@ class ValidationServicer:
         self._poc_limits = poc_limits
         self._deliver_validated = deliver_validated
 
-    async def ValidateInference(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[vpb.ValidateInferenceResponse]:
+    async def ValidateInference(
+        self, raw: bytes, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[vpb.ValidateInferenceResponse]:
         failure: ServiceError | None = None
         try:
             request = decode_request(vpb.ValidateInferenceRequest, raw)
@@ -86,7 +88,10 @@ class ValidationServicer:
             slots = asyncio.Semaphore(MAX_CONCURRENT_REPLAYS)
             # One stream slot for the whole call, whatever its number of items.
             with self._admission.stream():
-                tasks = [asyncio.create_task(self._verdict(index, item, f"validate-{call_id}-{index}", slots)) for index, item in enumerate(items)]
+                tasks = [
+                    asyncio.create_task(self._verdict(index, item, f"validate-{call_id}-{index}", slots))
+                    for index, item in enumerate(items)
+                ]
                 try:
                     for finished in asyncio.as_completed(tasks):
                         verdict = await finished
@@ -102,12 +107,16 @@ class ValidationServicer:
         if failure is not None:
             await abort_with(context, failure)
 
-    async def ValidatePocArtifacts(self, raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[vpb.ValidatePocArtifactsResponse]:
+    async def ValidatePocArtifacts(
+        self, raw: bytes, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[vpb.ValidatePocArtifactsResponse]:
         failure: ServiceError | None = None
         try:
             request = decode_request(vpb.ValidatePocArtifactsRequest, raw)
             self._admission.require_open()
-            async with aclosing(validate_poc_artifacts(request, self._poc_runner, self._poc_limits, self._deliver_validated)) as responses:
+            async with aclosing(
+                validate_poc_artifacts(request, self._poc_runner, self._poc_limits, self._deliver_validated)
+            ) as responses:
                 async for response in responses:
                     yield response
         except Exception as error:
@@ -115,7 +124,9 @@ class ValidationServicer:
         if failure is not None:
             await abort_with(context, failure)
 
-    async def _verdict(self, index: int, item: vpb.InferenceItem, request_id: str, slots: asyncio.Semaphore) -> vpb.ValidateInferenceResponse:
+    async def _verdict(
+        self, index: int, item: vpb.InferenceItem, request_id: str, slots: asyncio.Semaphore
+    ) -> vpb.ValidateInferenceResponse:
         try:
             async with slots:
                 verdict = await self._judge(item, request_id)
@@ -123,7 +134,9 @@ class ValidationServicer:
         except ServiceError as error:
             return vpb.ValidateInferenceResponse(index=index, error=_item_error(error))
         except Exception as error:  # an engine failure ends this item alone
-            return vpb.ValidateInferenceResponse(index=index, error=_item_error(engine_failure(error, None, self._admission)))
+            return vpb.ValidateInferenceResponse(
+                index=index, error=_item_error(engine_failure(error, None, self._admission))
+            )
 
     async def _judge(self, item: vpb.InferenceItem, request_id: str) -> vpb.InferenceVerdict:
         if not item.HasField("threshold"):
@@ -136,7 +149,11 @@ class ValidationServicer:
             return await self._judge_unserved(item, request_id)
         executor = _executor_positions(item.positions)
         require_in_vocabulary([token for token, _ in executor], self._facts, "positions.token_ids")
-        k = item.request.logprobs.top_logprobs if item.request.logprobs.HasField("top_logprobs") else max(item.positions.top_k, 1)
+        k = (
+            item.request.logprobs.top_logprobs
+            if item.request.logprobs.HasField("top_logprobs")
+            else max(item.positions.top_k, 1)
+        )
         if k < 1:
             raise invalid_field("request.logprobs.top_logprobs", "the chain's k must be at least 1")
         mode, detected = _mode(item, executor, self._engine.default_logprobs_mode)
@@ -153,11 +170,19 @@ class ValidationServicer:
                 return vpb.InferenceVerdict(passed=True, similarity=1.0)  # nobody can serve it
             raise
         return vpb.InferenceVerdict(
-            passed=False, similarity=0.0, failure=vpb.INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE, replayed_tokens=len(replay)
+            passed=False,
+            similarity=0.0,
+            failure=vpb.INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE,
+            replayed_tokens=len(replay),
         )
 
     async def _replay(
-        self, original: pb.GenerateRequest, request_id: str, enforced: list[int] | None, k: int, mode: LogprobsMode | None
+        self,
+        original: pb.GenerateRequest,
+        request_id: str,
+        enforced: list[int] | None,
+        k: int,
+        mode: LogprobsMode | None,
     ) -> list[Position]:
         request = pb.GenerateRequest()
         request.CopyFrom(original)
@@ -190,13 +215,20 @@ def _executor_positions(positions: vpb.ExecutorPositions) -> list[Position]:
     k = positions.top_k
     count = len(positions.token_ids)
     if not count:
-        raise invalid_field("positions.token_ids", "must not be empty (set executor_could_not_serve when the executor served nothing)")
+        raise invalid_field(
+            "positions.token_ids", "must not be empty (set executor_could_not_serve when the executor served nothing)"
+        )
     if len(positions.top_ids) != count * k or len(positions.top_logprobs) != count * k:
-        raise invalid_field("positions.top_ids", f"{count} positions of {k} entries need {count * k} top_ids and top_logprobs")
+        raise invalid_field(
+            "positions.top_ids", f"{count} positions of {k} entries need {count * k} top_ids and top_logprobs"
+        )
     ids, logprobs = positions.top_ids, positions.top_logprobs
     if k == 0:  # an executor that recorded no lists: judged EMPTY_TOP_K, not refused
         return [(token, {}) for token in positions.token_ids]
-    return [(token, dict(zip(ids[i * k : (i + 1) * k], logprobs[i * k : (i + 1) * k]))) for i, token in enumerate(positions.token_ids)]
+    return [
+        (token, dict(zip(ids[i * k : (i + 1) * k], logprobs[i * k : (i + 1) * k])))
+        for i, token in enumerate(positions.token_ids)
+    ]
 
 
 def _mode(item: vpb.InferenceItem, executor: list[Position], default: LogprobsMode) -> tuple[LogprobsMode, bool]:
@@ -208,7 +240,9 @@ def _mode(item: vpb.InferenceItem, executor: list[Position], default: LogprobsMo
     return (default, False) if detected is None else (detected, True)
 
 
-def _verdict_message(judgement: InferenceJudgement, mode: LogprobsMode, detected: bool, replayed: int) -> vpb.InferenceVerdict:
+def _verdict_message(
+    judgement: InferenceJudgement, mode: LogprobsMode, detected: bool, replayed: int
+) -> vpb.InferenceVerdict:
     verdict = vpb.InferenceVerdict(
         passed=judgement.passed,
         distance=judgement.distance,

@@ -26,7 +26,9 @@ from benchmarks.serving.settings import DEFAULT_MODEL, ENGINE_ENV, Settings
 from benchmarks.serving.summary import summarize
 from benchmarks.serving.workload import CHAT_MESSAGES, Workload, render_prompt, require_one_step_prefill
 
-DESCRIPTION = "Serving benchmark: this server against vLLM's OpenAI-compatible and gRPC servers and its offline LLM.generate."
+DESCRIPTION = (
+    "Serving benchmark: this server against vLLM's OpenAI-compatible and gRPC servers and its offline LLM.generate."
+)
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -35,9 +37,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--concurrency", default="1,16,64", help="comma-separated stream counts (default: %(default)s)")
     parser.add_argument("--tokens", type=int, default=128, help="tokens generated per stream (default: %(default)s)")
     parser.add_argument(
-        "--only", default=",".join(installed), help=f"configurations to run, of: {', '.join(KINDS)} (default: %(default)s)"
+        "--only",
+        default=",".join(installed),
+        help=f"configurations to run, of: {', '.join(KINDS)} (default: %(default)s)",
     )
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL, help="model directory (default: the embedded model)")
+    parser.add_argument(
+        "--model", type=Path, default=DEFAULT_MODEL, help="model directory (default: the embedded model)"
+    )
     parser.add_argument(
         "--server-flags",
         default="",
@@ -52,7 +58,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "share the accelerator, e.g. with --gpu-memory-utilization over a half); default: side by side",
     )
     parser.add_argument(
-        "--repeats", type=int, default=3, help="measured cycles per concurrency; figures are their medians (default: %(default)s)"
+        "--repeats",
+        type=int,
+        default=3,
+        help="measured cycles per concurrency; figures are their medians (default: %(default)s)",
     )
     parser.add_argument(
         "--ttft-rounds",
@@ -94,7 +103,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def json_document(settings: Settings, workload: Workload, outcome: Outcome, machine: dict[str, Any], wall: float) -> dict[str, Any]:
+def json_document(
+    settings: Settings, workload: Workload, outcome: Outcome, machine: dict[str, Any], wall: float
+) -> dict[str, Any]:
     results = outcome.results
     return {
         "command": shlex.join(sys.orig_argv),

@@ -34,7 +34,9 @@ def given_flags(tokens: Sequence[str]) -> dict[str, str | None]:
         if equals:
             values[name.replace("_", "-")] = inline
         else:
-            values[name.replace("_", "-")] = following if following is not None and not following.startswith("--") else None
+            values[name.replace("_", "-")] = (
+                following if following is not None and not following.startswith("--") else None
+            )
     return values
 
 

@@ -76,7 +76,9 @@ def rounds_of(results: Sequence[RoundResult], server: str, logprobs: bool, strea
     return [r for r in results if (r.server, r.logprobs, r.streams) == (server, logprobs, streams)]
 
 
-def paired_ratios(results: Sequence[RoundResult], ours: tuple[str, bool], theirs: tuple[str, bool], streams: int, metric: str) -> tuple[float, ...]:
+def paired_ratios(
+    results: Sequence[RoundResult], ours: tuple[str, bool], theirs: tuple[str, bool], streams: int, metric: str
+) -> tuple[float, ...]:
     """ours/theirs of `metric` within each cycle that measured both (and gave the rival a non-zero figure)."""
     mine = {r.cycle: getattr(r, metric) for r in rounds_of(results, *ours, streams)}
     rival = {r.cycle: getattr(r, metric) for r in rounds_of(results, *theirs, streams)}
@@ -114,7 +116,9 @@ class Pairing:
             return GoalCheck(metric, self.goals.rival, self.label, self.streams, None, "", per_cycle, goal, None)
         value = median(per_cycle)
         basis = f"median of {len(per_cycle)} per-cycle ratios"
-        return GoalCheck(metric, self.goals.rival, self.label, self.streams, value, basis, per_cycle, goal, meets(value))
+        return GoalCheck(
+            metric, self.goals.rival, self.label, self.streams, value, basis, per_cycle, goal, meets(value)
+        )
 
     def pooled_ttft_check(self, q: float) -> GoalCheck:
         """TTFT: one cycle's tail is one or two draws of the engine's prefill cascade (see measure_ttft), so
@@ -127,7 +131,9 @@ class Pairing:
             return GoalCheck(metric, self.goals.rival, self.label, self.streams, None, "", per_cycle, "≤ 1", None)
         value = percentile(mine, q) / percentile(rival, q)
         basis = f"p{q:g} of {len(mine)} TTFTs over p{q:g} of {len(rival)}"
-        return GoalCheck(metric, self.goals.rival, self.label, self.streams, value, basis, per_cycle, "≤ 1", value <= 1.0)
+        return GoalCheck(
+            metric, self.goals.rival, self.label, self.streams, value, basis, per_cycle, "≤ 1", value <= 1.0
+        )
 
 
 def at_most(limit: float) -> Callable[[float], bool]:
@@ -147,14 +153,23 @@ def goal_checks(results: Sequence[RoundResult], streams: int) -> list[GoalCheck]
         if {(*pair.ours, streams), (*pair.theirs, streams)} - measured:
             continue
         if goals.api_cpu_goal is not None and goals.api_cpu_limit is not None:
-            checks.append(pair.median_check("API CPU per token", "api_cpu_us_per_token", goals.api_cpu_goal, at_most(goals.api_cpu_limit)))
+            checks.append(
+                pair.median_check(
+                    "API CPU per token", "api_cpu_us_per_token", goals.api_cpu_goal, at_most(goals.api_cpu_limit)
+                )
+            )
         if goals.engine_cpu_limit is not None:
             engine_goal = f"≤ {goals.engine_cpu_limit:g}"
             engine_check = pair.median_check(
-                "engine processes' CPU per token", "engine_cpu_us_per_token", engine_goal, at_most(goals.engine_cpu_limit)
+                "engine processes' CPU per token",
+                "engine_cpu_us_per_token",
+                engine_goal,
+                at_most(goals.engine_cpu_limit),
             )
             checks.append(engine_check)
-        checks.append(pair.median_check(TOKENS_PER_SECOND, "tokens_per_second", goals.speed_goal, at_least(goals.speed_floor)))
+        checks.append(
+            pair.median_check(TOKENS_PER_SECOND, "tokens_per_second", goals.speed_goal, at_least(goals.speed_floor))
+        )
         if goals.ttft:
             checks += [pair.pooled_ttft_check(50), pair.pooled_ttft_check(99)]
     return checks

@@ -22,4 +22,3 @@ def installed_kinds() -> tuple[str, ...]:
     locations = [Path(location) for location in (spec.submodule_search_locations or ())] if spec else []
     has_grpc = any((location / VLLM_GRPC_STUBS).is_file() for location in locations)
     return tuple(kind for kind in KINDS if kind != "vllm-grpc" or has_grpc)
-

@@ -82,7 +82,9 @@ def running_server(kind: str, settings: Settings) -> Iterator[LiveServer]:
             raise BenchmarkError(f"{kind} failed to start (log {log_path}):\n{error}") from None
         context = served_context_length(kind, server)
         if context != settings.max_model_len:
-            raise BenchmarkError(f"{kind} serves a {context}-token context, not the {settings.max_model_len} it was given")
+            raise BenchmarkError(
+                f"{kind} serves a {context}-token context, not the {settings.max_model_len} it was given"
+            )
         engine = tuple(describe(p) for p in descendants(server.pid))
         children = "; ".join(f"{info.pid} {info.command[:40]}" for info in engine)
         progress(f"{kind} ready in {time.monotonic() - started:.0f}s; API process {server.pid}; children: {children}")

@@ -109,6 +109,8 @@ def streamed(scenario: Scenario, workload: Workload, ttft_rounds: int) -> Config
         wall = max(result.last_token_at for result in results) - min(result.sent_at for result in results)
         ttfts = [result.ttft_ms for result in results]
         ttfts += await measure_ttft(scenario, streams, cycle, ttft_rounds, workload)  # after the CPU accounting
-        return round_result(scenario.server, scenario.logprobs, streams, cycle, tokens, wall, ttfts, cpu, len(workload.prompt_ids))
+        return round_result(
+            scenario.server, scenario.logprobs, streams, cycle, tokens, wall, ttfts, cpu, len(workload.prompt_ids)
+        )
 
     return Configuration(scenario.server, scenario.logprobs, scenario.live, warm, measure)

@@ -115,10 +115,14 @@ async def running_offline(settings: Settings) -> AsyncIterator[LiveOffline]:
         except BenchmarkError as error:
             raise BenchmarkError(f"{OFFLINE} failed to start (log {log_path}):\n{error}") from None
         if ready["max_model_len"] != settings.max_model_len:
-            raise BenchmarkError(f"{OFFLINE} has a {ready['max_model_len']}-token context, not the {settings.max_model_len} it was given")
+            raise BenchmarkError(
+                f"{OFFLINE} has a {ready['max_model_len']}-token context, not the {settings.max_model_len} it was given"
+            )
         engine = tuple(describe(p) for p in descendants(process.pid))
         children = "; ".join(f"{info.pid} {info.command[:40]}" for info in engine)
-        progress(f"{OFFLINE} ready in {time.monotonic() - started:.0f}s; LLM process {process.pid}; children: {children}")
+        progress(
+            f"{OFFLINE} ready in {time.monotonic() - started:.0f}s; LLM process {process.pid}; children: {children}"
+        )
         yield LiveOffline(process, command, log_path, engine, logged_engine_config(log_path))
     finally:
         stopping = time.monotonic()

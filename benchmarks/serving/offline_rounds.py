@@ -27,7 +27,9 @@ def check_reply(reply: dict[str, Any], prompts: int, tokens: int, workload: Work
     if reply["tokens"] != [tokens] * prompts:
         raise BenchmarkError(f"{OFFLINE}: generated {reply['tokens']} tokens per prompt, not {tokens} each")
     if reply["prompt_tokens"] != [len(workload.prompt_ids)] * prompts:
-        raise BenchmarkError(f"{OFFLINE}: prompts of {reply['prompt_tokens']} tokens, not the {len(workload.prompt_ids)} rendered here")
+        raise BenchmarkError(
+            f"{OFFLINE}: prompts of {reply['prompt_tokens']} tokens, not the {len(workload.prompt_ids)} rendered here"
+        )
     if reply["without_logprobs"]:
         raise BenchmarkError(f"{OFFLINE}: {reply['without_logprobs']} completions came without their top logprobs")
 
@@ -54,6 +56,8 @@ def offline_configuration(live: LiveOffline, workload: Workload) -> Configuratio
             engine=reply["engine_cpu_seconds"],
         )
         tokens = sum(reply["tokens"])
-        return round_result(OFFLINE, True, streams, cycle, tokens, reply["wall_seconds"], (), cpu, len(workload.prompt_ids))
+        return round_result(
+            OFFLINE, True, streams, cycle, tokens, reply["wall_seconds"], (), cpu, len(workload.prompt_ids)
+        )
 
     return Configuration(OFFLINE, True, live, warm_up, measure)

@@ -17,7 +17,9 @@ async def ours_scenarios(stack: AsyncExitStack, live: LiveServer, workload: Work
     sampling = {"temperature": TEMPERATURE, "ignore_eos": True}
 
     async def with_logprobs(seed: int, tokens: int) -> StreamResult:
-        request = build_request(messages=workload.messages, top_logprobs=TOP_LOGPROBS, seed=seed, max_tokens=tokens, **sampling)
+        request = build_request(
+            messages=workload.messages, top_logprobs=TOP_LOGPROBS, seed=seed, max_tokens=tokens, **sampling
+        )
         return await ours_stream(client, request, TOP_LOGPROBS)
 
     async def without_logprobs(seed: int, tokens: int) -> StreamResult:
@@ -48,7 +50,9 @@ async def ours_stream(client: AsyncInferenceClient, request: pb.GenerateRequest,
     try:
         async for response in client.stream(request, timeout=STREAM_TIMEOUT_SECONDS):
             batch = response.tokens
-            if top_k is not None and (len(batch.logprobs) != len(batch.ids) or len(batch.top_ids) != top_k * len(batch.ids)):
+            if top_k is not None and (
+                len(batch.logprobs) != len(batch.ids) or len(batch.top_ids) != top_k * len(batch.ids)
+            ):
                 raise BenchmarkError(f"ours: a message carries {len(batch.ids)} ids but incomplete logprob columns")
             clock.received(len(batch.ids))
             if response.HasField("finish"):

@@ -14,7 +14,11 @@ def progress(message: str) -> None:
 
 
 def format_progress(result: RoundResult) -> str:
-    ttft = "no TTFT" if result.ttft_p99_ms is None else f"TTFT p50 {result.ttft_p50_ms:.0f} ms, p99 {result.ttft_p99_ms:.0f} ms"
+    ttft = (
+        "no TTFT"
+        if result.ttft_p99_ms is None
+        else f"TTFT p50 {result.ttft_p50_ms:.0f} ms, p99 {result.ttft_p99_ms:.0f} ms"
+    )
     return (
         f"{result.server} ({logprobs_label(result.logprobs)}) x{result.streams}, cycle {result.cycle + 1}: {result.tokens_per_second:.0f} tok/s, "
         f"{ttft}, API CPU {result.api_cpu_us_per_token:.1f} us/token, engine side {result.engine_cpu_us_per_token:.0f} us/token, "

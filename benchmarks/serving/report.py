@@ -129,7 +129,11 @@ def engine_config_note(servers: dict[str, Any]) -> str:
         groups.setdefault(config, []).append(kind)
     if len(groups) == 1:
         return "identical in every configuration's log"
-    return "DIFFERENT; identical within each of " + " | ".join(", ".join(kinds) for kinds in groups.values()) + " (see the JSON output)"
+    return (
+        "DIFFERENT; identical within each of "
+        + " | ".join(", ".join(kinds) for kinds in groups.values())
+        + " (see the JSON output)"
+    )
 
 
 def layout_note(settings: Settings) -> str:
@@ -217,8 +221,12 @@ def report(settings: Settings, workload: Workload, outcome: Outcome, machine: di
     ]
     for streams in sorted({r.streams for r in results}):
         at = [c for c in checks if c.streams == streams]
-        lines += ["", f"### Goal checks at {streams} streams (CPU and speed: median of the ratios within each cycle; "
-                  "TTFT: percentiles over all cycles' samples)", ""]
+        lines += [
+            "",
+            f"### Goal checks at {streams} streams (CPU and speed: median of the ratios within each cycle; "
+            "TTFT: percentiles over all cycles' samples)",
+            "",
+        ]
         lines += [c.line() for c in at] or ["- (needs ours and a rival in the same run)"]
     lines += failures_note(outcome.failures)
     return "\n".join(lines)

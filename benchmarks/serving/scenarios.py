@@ -36,7 +36,9 @@ async def started(kind: str, settings: Settings) -> AsyncIterator[Live]:
             yield server
 
 
-async def configurations(clients: AsyncExitStack, live: Live, workload: Workload, settings: Settings) -> list[Configuration]:
+async def configurations(
+    clients: AsyncExitStack, live: Live, workload: Workload, settings: Settings
+) -> list[Configuration]:
     """`clients` holds the load clients' connections, closed before their server stops."""
     if isinstance(live, LiveOffline):
         return [offline_configuration(live, workload)]

@@ -53,7 +53,9 @@ def blamed_on(live: Live) -> Iterator[None]:
         raise BenchmarkError(f"{error}\n--- last lines of {live.log_path} ---\n{short_tail(live.log_path)}") from None
 
 
-async def measure_all(chosen: Sequence[Configuration], lives: Sequence[Live], settings: Settings, outcome: Outcome) -> None:
+async def measure_all(
+    chosen: Sequence[Configuration], lives: Sequence[Live], settings: Settings, outcome: Outcome
+) -> None:
     """Every concurrency's warm-ups and cycles of `chosen`; `lives` are all processes running meanwhile."""
     for streams in settings.concurrencies:
         for configuration in chosen:

@@ -48,7 +48,9 @@ def wait_until(server: ServerProcess, ready: Callable[[], bool], timeout: float 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
-            raise BenchmarkError(f"server exited with {server.process.returncode} during startup:\n{short_tail(server.log_path)}")
+            raise BenchmarkError(
+                f"server exited with {server.process.returncode} during startup:\n{short_tail(server.log_path)}"
+            )
         if ready():
             return
         time.sleep(0.5)
@@ -73,7 +75,9 @@ def vllm_grpc_healthy(target: str) -> bool:
 
     with grpc.insecure_channel(target) as channel:
         try:
-            reply = vllm_engine_pb2_grpc.VllmEngineStub(channel).HealthCheck(vllm_engine_pb2.HealthCheckRequest(), timeout=2.0)
+            reply = vllm_engine_pb2_grpc.VllmEngineStub(channel).HealthCheck(
+                vllm_engine_pb2.HealthCheckRequest(), timeout=2.0
+            )
         except grpc.RpcError:
             return False
     return reply.healthy
@@ -94,7 +98,11 @@ def served_context_length(kind: str, server: ServerProcess) -> int:
         from gonka.mlnode.v1 import inference_pb2_grpc as pb_grpc
 
         with grpc.insecure_channel(server.target) as channel:
-            return pb_grpc.InferenceServiceStub(channel).GetModelInfo(pb.GetModelInfoRequest(), timeout=10).max_context_length
+            return (
+                pb_grpc.InferenceServiceStub(channel)
+                .GetModelInfo(pb.GetModelInfoRequest(), timeout=10)
+                .max_context_length
+            )
     if kind == "openai":
         models = http_json(f"http://{server.target}/v1/models")["data"]
         return next(model["max_model_len"] for model in models if model["id"] == SERVED_MODEL_NAME)

@@ -189,5 +189,7 @@ def head_vectors(
     """
     if last_hidden.dim() != 2:
         raise ValueError(f"last_hidden must be [batch, hidden], got shape {tuple(last_hidden.shape)}")
-    plan = head_plan(block_hash, public_key, nonces, last_hidden.shape[1], k, device=last_hidden.device, backend=backend)
+    plan = head_plan(
+        block_hash, public_key, nonces, last_hidden.shape[1], k, device=last_hidden.device, backend=backend
+    )
     return planned_head_vectors(last_hidden, plan)

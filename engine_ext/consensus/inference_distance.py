@@ -36,9 +36,7 @@ def position_distance(original: Mapping[int, float], validation: Mapping[int, fl
     return d
 
 
-def sequence_distance(
-    original: Sequence[Position], validation: Sequence[Position], k: int = DEFAULT_TOP_K
-) -> float:
+def sequence_distance(original: Sequence[Position], validation: Sequence[Position], k: int = DEFAULT_TOP_K) -> float:
     """Distance of a replay: -1.0 if the token sequences differ (length or any id), else the mean above."""
     require_int_at_least("k", k, 1)
     if len(original) != len(validation):

@@ -44,9 +44,7 @@ def uniform(seed: int, n: int, device: torch.device | str | None = None) -> torc
     return murmur3_32(keys, seed).to(torch.float32).mul_(UNIFORM_SCALE)
 
 
-def normal(
-    seed: int, n: int, device: torch.device | str | None = None, backend: Backend = "auto"
-) -> torch.Tensor:
+def normal(seed: int, n: int, device: torch.device | str | None = None, backend: Backend = "auto") -> torch.Tensor:
     """normal(seed, n): n float32 standard normals in the half/half Box–Muller layout."""
     return normal_rows([seed], n, device=device, backend=backend)[0]
 

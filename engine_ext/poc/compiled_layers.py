@@ -65,7 +65,13 @@ class CompiledLayers:
         return run_stack(decoder, positions, inputs_embeds, input_ids, vectors, rows, self.step, self.last_step)
 
     def step(
-        self, decoder: PocDecoder, layer: Any, positions: torch.Tensor, input_ids: torch.Tensor | None, state: StreamState, vector: torch.Tensor
+        self,
+        decoder: PocDecoder,
+        layer: Any,
+        positions: torch.Tensor,
+        input_ids: torch.Tensor | None,
+        state: StreamState,
+        vector: torch.Tensor,
     ) -> StreamState:
         mark_token_dimension(positions, input_ids, *state)
         return self._step(decoder, layer, positions, input_ids, state, vector)

@@ -196,6 +196,15 @@ def topk_sum(routed: torch.Tensor, out: torch.Tensor, tile: SumTile = SumTile())
         raise ValueError(f"topk_sum: routed {tuple(routed.shape)} and out {tuple(out.shape)} do not fit")
     grid = (triton.cdiv(tokens, tile.block_t), triton.cdiv(hidden, tile.block_h))
     _topk_sum_kernel[grid](
-        routed, out, tokens, hidden, routed.stride(0), routed.stride(1), out.stride(0),
-        top_k=top_k, BLOCK_T=tile.block_t, BLOCK_H=tile.block_h, num_warps=tile.num_warps,
+        routed,
+        out,
+        tokens,
+        hidden,
+        routed.stride(0),
+        routed.stride(1),
+        out.stride(0),
+        top_k=top_k,
+        BLOCK_T=tile.block_t,
+        BLOCK_H=tile.block_h,
+        num_warps=tile.num_warps,
     )

@@ -51,7 +51,9 @@ def blocks_per_sequence(seq_len: int, block_sizes: Sequence[int]) -> int:
     return max(math.ceil(seq_len / int(size)) for size in block_sizes)
 
 
-def group_layout(stripes: np.ndarray, seq_len: int, manager_block_size: int, kernel_blocks_per_block: int) -> GroupLayout:
+def group_layout(
+    stripes: np.ndarray, seq_len: int, manager_block_size: int, kernel_blocks_per_block: int
+) -> GroupLayout:
     """stripes: [B, n] borrowed block ids per sequence (n >= ceil(S / manager_block_size))."""
     used = math.ceil(seq_len / manager_block_size)
     kernel_blocks = _kernel_block_ids(stripes[:, :used].astype(np.int64), kernel_blocks_per_block)
@@ -91,12 +93,20 @@ def build_forward_metadata(runner: Any, batch_size: int, seq_len: int, block_ids
     slot_mapping: dict[str, torch.Tensor] = {}
     for group_id, group in enumerate(runner.kv_cache_config.kv_cache_groups):
         kernel_table = runner.input_batch.block_table.block_tables[group_id]
-        layout = group_layout(stripes, seq_len, int(group.kv_cache_spec.block_size), int(kernel_table.blocks_per_kv_block))
+        layout = group_layout(
+            stripes, seq_len, int(group.kv_cache_spec.block_size), int(kernel_table.blocks_per_kv_block)
+        )
         slots = torch.from_numpy(layout.slots).to(device)
-        values = {**shared, "block_table_tensor": torch.from_numpy(layout.kernel_block_table).to(device), "slot_mapping": slots}
+        values = {
+            **shared,
+            "block_table_tensor": torch.from_numpy(layout.kernel_block_table).to(device),
+            "slot_mapping": slots,
+        }
         common = CommonAttentionMetadata(**{name: value for name, value in values.items() if name in declared})
         for attention_group in runner.attn_groups[group_id]:
-            built = attention_group.get_metadata_builder(ubatch_id=0).build(common_prefix_len=0, common_attn_metadata=common)
+            built = attention_group.get_metadata_builder(ubatch_id=0).build(
+                common_prefix_len=0, common_attn_metadata=common
+            )
             for layer_name in attention_group.layer_names:
                 attention[layer_name] = built
         for layer_name in group.layer_names:

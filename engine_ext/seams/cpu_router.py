@@ -60,9 +60,16 @@ def install_cpu_sigmoid_routing(module: ModuleType) -> None:
         call = signature.bind(*args, **kwargs)
         call.apply_defaults()
         options = call.arguments
-        if not options["use_grouped_topk"] and options["custom_routing_function"] is None and options["scoring_func"] == "sigmoid":
+        if (
+            not options["use_grouped_topk"]
+            and options["custom_routing_function"] is None
+            and options["scoring_func"] == "sigmoid"
+        ):
             return sigmoid_bias_routing(
-                options["router_logits"], options["top_k"], options["renormalize"], options["e_score_correction_bias"],
+                options["router_logits"],
+                options["top_k"],
+                options["renormalize"],
+                options["e_score_correction_bias"],
                 options["routed_scaling_factor"],
             )
         return original(*args, **kwargs)
@@ -78,7 +85,12 @@ def install_cpu_float32_gemm_input(layer_utils: ModuleType) -> None:
 
     def dispatch_cpu_unquantized_gemm(layer: Any, remove_weight: bool, *args: Any, **kwargs: Any) -> None:
         weight = getattr(layer, "weight", None)
-        float32_layer = isinstance(weight, torch.Tensor) and weight.dtype == torch.float32 and weight.ndim == 2 and not weight.is_meta
+        float32_layer = (
+            isinstance(weight, torch.Tensor)
+            and weight.dtype == torch.float32
+            and weight.ndim == 2
+            and not weight.is_meta
+        )
         original(layer, remove_weight, *args, **kwargs)
         if float32_layer:
             layer.cpu_linear = _float32_input(layer.cpu_linear)

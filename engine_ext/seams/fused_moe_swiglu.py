@@ -55,7 +55,10 @@ def routed_experts_swiglu(
     projections go in workspace13, the down projections in workspace2), or fresh ones when None. down_tile
     overrides vLLM's config for the down projection, all but its block height (which aligns the routed slots for
     both kernels)."""
-    from vllm.model_executor.layers.fused_moe.fused_moe import invoke_fused_moe_triton_kernel, try_get_optimal_moe_config
+    from vllm.model_executor.layers.fused_moe.fused_moe import (
+        invoke_fused_moe_triton_kernel,
+        try_get_optimal_moe_config,
+    )
     from vllm.model_executor.layers.fused_moe.moe_align_block_size import moe_align_block_size
     from vllm.triton_utils import tl
 
@@ -70,11 +73,24 @@ def routed_experts_swiglu(
     gate_up_swiglu(hidden_states, w1, activated, sorted_slot_ids, expert_ids, padded_slots, top_k, block_m, tile)
     down = _workspace(workspace2, (tokens, top_k, hidden), hidden_states)
     invoke_fused_moe_triton_kernel(
-        activated, w2, down, None, None, topk_weights, sorted_slot_ids, expert_ids, padded_slots,
+        activated,
+        w2,
+        down,
+        None,
+        None,
+        topk_weights,
+        sorted_slot_ids,
+        expert_ids,
+        padded_slots,
         True,  # the router weights multiply the down projections, as in vLLM's own path
-        1, {**config, **(down_tile or {}), "BLOCK_SIZE_M": block_m},
+        1,
+        {**config, **(down_tile or {}), "BLOCK_SIZE_M": block_m},
         compute_type=tl.bfloat16 if hidden_states.dtype == torch.bfloat16 else tl.float16,
-        use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False, use_int4_w4a16=False, per_channel_quant=False,
+        use_fp8_w8a8=False,
+        use_int8_w8a8=False,
+        use_int8_w8a16=False,
+        use_int4_w4a16=False,
+        per_channel_quant=False,
     )
     topk_sum(down, output)
 
@@ -82,7 +98,7 @@ def routed_experts_swiglu(
 def _workspace(buffer: torch.Tensor | None, shape: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
     if buffer is None:
         return torch.empty(shape, dtype=like.dtype, device=like.device)
-    return buffer.flatten()[:math.prod(shape)].view(shape)
+    return buffer.flatten()[: math.prod(shape)].view(shape)
 
 
 class SwigluTritonExperts:
@@ -127,15 +143,39 @@ class SwigluTritonExperts:
             or not hidden_states.is_contiguous()
             or getattr(self.experts, "_lora_context", None) is not None
         ):
-            self.vllm_apply(output, hidden_states, w1, w2, topk_weights, topk_ids, activation, global_num_experts,
-                            expert_map, a1q_scale, a2_scale, workspace13, workspace2, expert_tokens_meta,
-                            apply_router_weight_on_input)
+            self.vllm_apply(
+                output,
+                hidden_states,
+                w1,
+                w2,
+                topk_weights,
+                topk_ids,
+                activation,
+                global_num_experts,
+                expert_map,
+                a1q_scale,
+                a2_scale,
+                workspace13,
+                workspace2,
+                expert_tokens_meta,
+                apply_router_weight_on_input,
+            )
             return
         if global_num_experts == -1:
             global_num_experts = w1.shape[0]
-        routed_experts_swiglu(output, hidden_states, w1, w2, topk_weights, topk_ids, global_num_experts,
-                              self.experts.quant_config.config_name(hidden_states.dtype), self.tile,
-                              workspace13, workspace2)
+        routed_experts_swiglu(
+            output,
+            hidden_states,
+            w1,
+            w2,
+            topk_weights,
+            topk_ids,
+            global_num_experts,
+            self.experts.quant_config.config_name(hidden_states.dtype),
+            self.tile,
+            workspace13,
+            workspace2,
+        )
 
 
 def swiglu_expert_stand_ins(model: Any, tile: GateUpTile = DEFAULT_TILE) -> list[tuple[Any, SwigluTritonExperts]]:
@@ -149,7 +189,9 @@ def swiglu_expert_stand_ins(model: Any, tile: GateUpTile = DEFAULT_TILE) -> list
     from vllm.model_executor.layers.fused_moe.routed_experts import RoutedExperts
 
     experts_of_layers = [_experts_of(module) for module in model.modules() if isinstance(module, RoutedExperts)]
-    if not experts_of_layers or not all(type(experts) is TritonExperts and _unquantized(experts) for experts in experts_of_layers):
+    if not experts_of_layers or not all(
+        type(experts) is TritonExperts and _unquantized(experts) for experts in experts_of_layers
+    ):
         return []
     return [(experts, SwigluTritonExperts(experts, tile)) for experts in experts_of_layers]
 

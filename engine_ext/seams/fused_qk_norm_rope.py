@@ -31,7 +31,19 @@ from engine_ext.seams.shadowing import shadowed_method
 # The head sizes Qwen3 models use (128 ran on the H200); the embedded model's 32 keeps the traced path.
 KERNEL_HEAD_SIZES = (64, 128, 256)
 KERNEL_DTYPES = (torch.bfloat16, torch.float16)
-ATTENTION_PARTS = ("qkv_proj", "q_norm", "k_norm", "rotary_emb", "attn", "o_proj", "q_size", "kv_size", "head_dim", "num_heads", "num_kv_heads")
+ATTENTION_PARTS = (
+    "qkv_proj",
+    "q_norm",
+    "k_norm",
+    "rotary_emb",
+    "attn",
+    "o_proj",
+    "q_size",
+    "kv_size",
+    "head_dim",
+    "num_heads",
+    "num_kv_heads",
+)
 
 QkNormRopeKernel = Callable[..., None]
 
@@ -56,8 +68,17 @@ class FusedQkNormRopeAttention:
         attention = self.attention
         qkv, _ = attention.qkv_proj(hidden_states)
         self.kernel(
-            qkv, attention.num_heads, attention.num_kv_heads, attention.num_kv_heads, attention.head_dim, self.eps,
-            attention.q_norm.weight, attention.k_norm.weight, self.cos_sin_cache, self.is_neox, positions.view(-1),
+            qkv,
+            attention.num_heads,
+            attention.num_kv_heads,
+            attention.num_kv_heads,
+            attention.head_dim,
+            self.eps,
+            attention.q_norm.weight,
+            attention.k_norm.weight,
+            self.cos_sin_cache,
+            self.is_neox,
+            positions.view(-1),
         )
         q, k, v = qkv.split([attention.q_size, attention.kv_size, attention.kv_size], dim=-1)
         output, _ = attention.o_proj(attention.attn(q, k, v))
@@ -75,7 +96,9 @@ def vllm_kernel() -> QkNormRopeKernel | None:
     return torch.ops._C.fused_qk_norm_rope
 
 
-def qk_norm_rope_stand_ins(model: Any, dtype: torch.dtype, kernel: QkNormRopeKernel | None) -> list[tuple[Any, FusedQkNormRopeAttention]]:
+def qk_norm_rope_stand_ins(
+    model: Any, dtype: torch.dtype, kernel: QkNormRopeKernel | None
+) -> list[tuple[Any, FusedQkNormRopeAttention]]:
     """(attention module, stand-in) for every attention module of the model, when all of them have the form the
     kernel implements and there is a kernel; else []."""
     if kernel is None or dtype not in KERNEL_DTYPES:
@@ -98,7 +121,8 @@ def kernel_form(attention: Any) -> bool:
         # The base class only: scaled and multimodal variants rotate differently.
         and type(rotary) is RotaryEmbedding
         and int(rotary.rotary_dim) == head_dim == int(rotary.head_size)
-        and getattr(q_norm, "has_weight", True) and getattr(k_norm, "has_weight", True)
+        and getattr(q_norm, "has_weight", True)
+        and getattr(k_norm, "has_weight", True)
         and getattr(q_norm, "variance_size_override", None) is None
         and getattr(k_norm, "variance_size_override", None) is None
         and tuple(q_norm.weight.shape) == tuple(k_norm.weight.shape) == (head_dim,)
@@ -106,6 +130,8 @@ def kernel_form(attention: Any) -> bool:
     )
 
 
-def fused_qk_norm_rope(stand_ins: Sequence[tuple[Any, FusedQkNormRopeAttention]]) -> contextlib.AbstractContextManager[None]:
+def fused_qk_norm_rope(
+    stand_ins: Sequence[tuple[Any, FusedQkNormRopeAttention]],
+) -> contextlib.AbstractContextManager[None]:
     """(module, stand-in) pairs, made once by the caller: each one runs its stand-in's forward until the block ends."""
     return shadowed_method("forward", stand_ins)

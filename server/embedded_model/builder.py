@@ -122,7 +122,12 @@ def build_embedded_model(model_dir: Path | None = None, variant: AnyVariant = DE
             # A released model's shape: its config over the tiny model's, and no weights.
             _write_configs(staging, {**MODEL_CONFIG, **variant.config_overrides})
         elif isinstance(variant, ArchitectureVariant):
-            config = {**variant.config, "bos_token_id": ENDOFTEXT_ID, "eos_token_id": IM_END_ID, "transformers_version": MODEL_CONFIG["transformers_version"]}
+            config = {
+                **variant.config,
+                "bos_token_id": ENDOFTEXT_ID,
+                "eos_token_id": IM_END_ID,
+                "transformers_version": MODEL_CONFIG["transformers_version"],
+            }
             _write_architecture_weights(staging, config)
             _write_configs(staging, config)
         else:
@@ -251,9 +256,7 @@ def _seeded_normal(name: str, shape: tuple[int, ...], std: float) -> "torch.Tens
 
 def _write_build_info(out_dir: Path, variant: AnyVariant) -> None:
     digests = {
-        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
-        for path in sorted(out_dir.iterdir())
-        if path.is_file()
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(out_dir.iterdir()) if path.is_file()
     }
     info = {"weight_seed": WEIGHT_SEED, "files_sha256": digests, **variant.build_info_fields()}
     (out_dir / "build_info.json").write_text(json.dumps(info, indent=2, sort_keys=True) + "\n")

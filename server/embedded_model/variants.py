@@ -89,15 +89,17 @@ PEAKED_VARIANT = Variant("peaked", MODELS_DIR / "qwen3-tiny-peaked", lm_head_sca
 QWEN3_8B_SHAPE = ShapeVariant(
     "qwen3-8b-shape",
     MODELS_DIR / "qwen3-8b-shape",
-    MappingProxyType({
-        "hidden_size": 4096,
-        "intermediate_size": 12288,
-        "num_hidden_layers": 36,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": 128,
-        "max_position_embeddings": 40960,
-    }),
+    MappingProxyType(
+        {
+            "hidden_size": 4096,
+            "intermediate_size": 12288,
+            "num_hidden_layers": 36,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "max_position_embeddings": 40960,
+        }
+    ),
 )
 # Qwen/Qwen3-30B-A3B: 48 layers, each a mixture of 128 experts of which 8 run per token (transformers'
 # Qwen3MoeConfig names). Every layer is sparse (decoder_sparse_step 1, no mlp_only_layers), so intermediate_size
@@ -105,26 +107,30 @@ QWEN3_8B_SHAPE = ShapeVariant(
 QWEN3_30B_A3B_SHAPE = ShapeVariant(
     "qwen3-30b-a3b-shape",
     MODELS_DIR / "qwen3-30b-a3b-shape",
-    MappingProxyType({
-        "architectures": ("Qwen3MoeForCausalLM",),
-        "model_type": "qwen3_moe",
-        "hidden_size": 2048,
-        "intermediate_size": 6144,
-        "num_hidden_layers": 48,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 4,
-        "head_dim": 128,
-        "num_experts": 128,
-        "num_experts_per_tok": 8,
-        "moe_intermediate_size": 768,
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": (),
-        "norm_topk_prob": True,
-        "max_position_embeddings": 40960,
-    }),
+    MappingProxyType(
+        {
+            "architectures": ("Qwen3MoeForCausalLM",),
+            "model_type": "qwen3_moe",
+            "hidden_size": 2048,
+            "intermediate_size": 6144,
+            "num_hidden_layers": 48,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 4,
+            "head_dim": 128,
+            "num_experts": 128,
+            "num_experts_per_tok": 8,
+            "moe_intermediate_size": 768,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": (),
+            "norm_topk_prob": True,
+            "max_position_embeddings": 40960,
+        }
+    ),
 )
 # The default model 16 layers deep: the compile scheme of the PoC forward (benchmarks/poc_compile_bench.py).
-DEEP_VARIANT = Variant("qwen3-tiny-16-layers", MODELS_DIR / "qwen3-tiny-16-layers", lm_head_scale=1, num_hidden_layers=16)
+DEEP_VARIANT = Variant(
+    "qwen3-tiny-16-layers", MODELS_DIR / "qwen3-tiny-16-layers", lm_head_scale=1, num_hidden_layers=16
+)
 # MiniMax-M2's architecture (MiniMaxM2ForCausalLM, poc-v2-models.md section 7.1) at the size of the embedded model:
 # full attention with grouped KV heads (4 query heads on 2), per-layer q/k norms over all heads, partial rotary
 # embedding (16 of 32 dimensions, as 64 of the released 128), and a mixture of 16 experts of which 4 run per token,
@@ -134,35 +140,40 @@ DEEP_VARIANT = Variant("qwen3-tiny-16-layers", MODELS_DIR / "qwen3-tiny-16-layer
 MINIMAX_M2_TINY = ArchitectureVariant(
     "minimax-m2-tiny",
     MODELS_DIR / "minimax-m2-tiny",
-    MappingProxyType({
-        "architectures": ("MiniMaxM2ForCausalLM",),
-        "model_type": "minimax_m2",
-        "vocab_size": 200064,
-        "hidden_size": 128,
-        "intermediate_size": 64,
-        "num_hidden_layers": 3,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "head_dim": 32,
-        "rotary_dim": 16,
-        "num_local_experts": 16,
-        "num_experts_per_tok": 4,
-        "scoring_func": "sigmoid",
-        "use_routing_bias": True,
-        "use_qk_norm": True,
-        "qk_norm_type": "per_layer",
-        "hidden_act": "silu",
-        "max_position_embeddings": 8192,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 5000000.0,
-        "attention_dropout": 0.0,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        "use_cache": True,
-    }),
+    MappingProxyType(
+        {
+            "architectures": ("MiniMaxM2ForCausalLM",),
+            "model_type": "minimax_m2",
+            "vocab_size": 200064,
+            "hidden_size": 128,
+            "intermediate_size": 64,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "rotary_dim": 16,
+            "num_local_experts": 16,
+            "num_experts_per_tok": 4,
+            "scoring_func": "sigmoid",
+            "use_routing_bias": True,
+            "use_qk_norm": True,
+            "qk_norm_type": "per_layer",
+            "hidden_act": "silu",
+            "max_position_embeddings": 8192,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 5000000.0,
+            "attention_dropout": 0.0,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "use_cache": True,
+        }
+    ),
 )
 VARIANTS: Mapping[str, Variant | ArchitectureVariant | ShapeVariant] = MappingProxyType(
-    {v.name: v for v in (DEFAULT_VARIANT, PEAKED_VARIANT, DEEP_VARIANT, MINIMAX_M2_TINY, QWEN3_8B_SHAPE, QWEN3_30B_A3B_SHAPE)}
+    {
+        v.name: v
+        for v in (DEFAULT_VARIANT, PEAKED_VARIANT, DEEP_VARIANT, MINIMAX_M2_TINY, QWEN3_8B_SHAPE, QWEN3_30B_A3B_SHAPE)
+    }
 )
 DEFAULT_MODEL_DIR = DEFAULT_VARIANT.directory
 PEAKED_MODEL_DIR = PEAKED_VARIANT.directory

@@ -20,7 +20,8 @@ class CallbackMetrics(Collector):
     def collect(self) -> Iterator[Metric]:
         sender = self._sender
         yield CounterMetricFamily(
-            "mlnode_poc_callback_entries_delivered", "Callback store entries the receiver accepted (this process).",
+            "mlnode_poc_callback_entries_delivered",
+            "Callback store entries the receiver accepted (this process).",
             value=sender.delivered_entries,
         )
         given_up = CounterMetricFamily(
@@ -30,7 +31,8 @@ class CallbackMetrics(Collector):
             labels=["reason"],
         )
         artifacts = CounterMetricFamily(
-            "mlnode_poc_callback_artifacts_given_up", "Artifacts in the callback entries given up (this process), by why.",
+            "mlnode_poc_callback_artifacts_given_up",
+            "Artifacts in the callback entries given up (this process), by why.",
             labels=["reason"],
         )
         for reason in GIVE_UP_REASONS:
@@ -39,10 +41,12 @@ class CallbackMetrics(Collector):
         yield given_up
         yield artifacts
         yield CounterMetricFamily(
-            "mlnode_poc_callback_failed_attempts", "Callback POST attempts that failed (this process), each retry counted.",
+            "mlnode_poc_callback_failed_attempts",
+            "Callback POST attempts that failed (this process), each retry counted.",
             value=sender.failed_attempts,
         )
         yield GaugeMetricFamily(
-            "mlnode_poc_callback_entries_pending", "Callback store entries not yet delivered nor given up.",
+            "mlnode_poc_callback_entries_pending",
+            "Callback store entries not yet delivered nor given up.",
             value=sender.pending_entries(),
         )

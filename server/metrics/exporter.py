@@ -40,7 +40,13 @@ class ForwardedRegistry(Collector):
 
 
 class ServerMetrics:
-    def __init__(self, options: MetricsOptions, engine_registry: CollectorRegistry, rounds: RoundControl, callbacks: CallbackSender) -> None:
+    def __init__(
+        self,
+        options: MetricsOptions,
+        engine_registry: CollectorRegistry,
+        rounds: RoundControl,
+        callbacks: CallbackSender,
+    ) -> None:
         self.registry = CollectorRegistry()
         # The first of the server's interceptors (server.metrics.rpc_interceptor says why).
         self.interceptor = MetricsInterceptor(RpcMetrics(self.registry))

@@ -51,8 +51,12 @@ class PocMetrics(Collector):
             ended.add_metric([outcome], count)
         yield ended
         produced = self._ended_nonces + (status.nonces_produced if status is not None else 0)
-        yield CounterMetricFamily("mlnode_poc_nonces", "Nonces produced by PoC mining rounds (published artifacts).", value=produced)
-        yield GaugeMetricFamily("mlnode_poc_round_running", "1 while a PoC mining round runs.", value=int(running is not None))
+        yield CounterMetricFamily(
+            "mlnode_poc_nonces", "Nonces produced by PoC mining rounds (published artifacts).", value=produced
+        )
+        yield GaugeMetricFamily(
+            "mlnode_poc_round_running", "1 while a PoC mining round runs.", value=int(running is not None)
+        )
         yield GaugeMetricFamily(
             "mlnode_poc_nonces_per_second",
             "The running round's nonces per second over its last minute (0 when no round runs).",

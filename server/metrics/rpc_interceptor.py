@@ -110,7 +110,11 @@ def _outcome(failure: BaseException | None, context: grpc.aio.ServicerContext) -
         return context.code() or grpc.StatusCode.UNKNOWN, error_reason(context.trailing_metadata())
     if isinstance(failure, (asyncio.CancelledError, GeneratorExit)):
         # The client went away or its deadline passed: grpc cancels the handler either way.
-        return (grpc.StatusCode.DEADLINE_EXCEEDED if deadline_passed(context.time_remaining()) else grpc.StatusCode.CANCELLED), NO_REASON
+        return (
+            grpc.StatusCode.DEADLINE_EXCEEDED
+            if deadline_passed(context.time_remaining())
+            else grpc.StatusCode.CANCELLED
+        ), NO_REASON
     # grpc answers an exception that escapes a handler with UNKNOWN.
     return grpc.StatusCode.UNKNOWN, NO_REASON
 

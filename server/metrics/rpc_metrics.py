@@ -10,7 +10,26 @@ import grpc
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 # Unary calls take milliseconds; a stream lasts as long as its generation (minutes at most).
-HANDLING_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
+HANDLING_BUCKETS = (
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
 # A stream's first message waits for tokenization, the engine's queue and the prefill.
 FIRST_MESSAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 # grpc_type values, as go-grpc-prometheus names them.

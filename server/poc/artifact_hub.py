@@ -129,7 +129,9 @@ class ArtifactHub:
         self._rounds[round_id] = _Round(round_id, RoundBuffer(k_dim, self._buffer_artifacts))
         self._current_id = round_id
 
-    def publish(self, round_id: str, nonces: Sequence[int], vectors: bytes, failures: Sequence[NonceFailure] = ()) -> ArtifactBatch:
+    def publish(
+        self, round_id: str, nonces: Sequence[int], vectors: bytes, failures: Sequence[NonceFailure] = ()
+    ) -> ArtifactBatch:
         """Number and buffer one batch (its artifacts, and its nonces without one), wake the round's subscribers,
         return the batch."""
         round_ = self._round(round_id)
@@ -233,7 +235,10 @@ class ArtifactHub:
                     if wanted < first_buffered:
                         last_missing = first_buffered - 1
                         yield LostEvent(
-                            wanted, last_missing, last_missing - wanted + 1, buffer.artifacts_between(wanted, last_missing)
+                            wanted,
+                            last_missing,
+                            last_missing - wanted + 1,
+                            buffer.artifacts_between(wanted, last_missing),
                         )
                         cursor = last_missing
                     else:

@@ -12,7 +12,14 @@ from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.errors import invalid_field
 from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
 from server.poc.outcomes import split_outcomes
-from server.poc.round_params import PocLimits, artifact_params, batch_size_of, callback_url_of, nonce_list, require_poc_enabled
+from server.poc.round_params import (
+    PocLimits,
+    artifact_params,
+    batch_size_of,
+    callback_url_of,
+    nonce_list,
+    require_poc_enabled,
+)
 
 MAX_CLAIMS = 100_000
 # Where a claim could not be judged by distance (undecodable, non-finite, or not computed here).
@@ -59,7 +66,11 @@ async def validate_poc_artifacts(
             mismatch_nonces += [claim.nonce for claim, flag in zip(pieces, flags) if flag]
             yield vpb.ValidatePocArtifactsResponse(
                 progress=vpb.PocValidationProgress(
-                    nonces=nonces, distances=distances, mismatches=flags, nonces_checked=checked, mismatches_so_far=mismatched,
+                    nonces=nonces,
+                    distances=distances,
+                    mismatches=flags,
+                    nonces_checked=checked,
+                    mismatches_so_far=mismatched,
                     computed=computed,
                 )
             )
@@ -80,7 +91,9 @@ async def validate_poc_artifacts(
 
 def _stat_test(request: vpb.ValidatePocArtifactsRequest) -> tuple[float, float, float]:
     if not request.HasField("stat_test"):
-        raise invalid_field("stat_test", "is required (dist_threshold, p_mismatch, p_value_threshold): no silent defaults")
+        raise invalid_field(
+            "stat_test", "is required (dist_threshold, p_mismatch, p_value_threshold): no silent defaults"
+        )
     test = request.stat_test
     for name in ("dist_threshold", "p_mismatch", "p_value_threshold"):
         if not test.HasField(name):

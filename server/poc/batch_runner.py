@@ -38,7 +38,9 @@ class KvBlockNotes:
         )
 
 
-def poc_batch(params: ArtifactParams, nonces: Sequence[int], next_nonces: Sequence[int] = (), withdrawn_if_exists: str = "") -> PocBatch:
+def poc_batch(
+    params: ArtifactParams, nonces: Sequence[int], next_nonces: Sequence[int] = (), withdrawn_if_exists: str = ""
+) -> PocBatch:
     return PocBatch(
         params.block_hash,
         params.public_key,
@@ -62,7 +64,9 @@ class PocBatchRunner:
         self._block_wait_seconds = block_wait_seconds
         self._clock = clock
 
-    async def run(self, params: ArtifactParams, nonces: Sequence[int], notes: KvBlockNotes) -> list[tuple[list[int], PocBatchResult]]:
+    async def run(
+        self, params: ArtifactParams, nonces: Sequence[int], notes: KvBlockNotes
+    ) -> list[tuple[list[int], PocBatchResult]]:
         """(nonces, result) per batch actually run: one, unless blocks were short and it was split."""
         result = await self._run_waiting(params, nonces, notes)
         if result.status != BATCH_INSUFFICIENT_BLOCKS:

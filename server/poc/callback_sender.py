@@ -138,7 +138,9 @@ class CallbackSender:
         for url in self._store.urls_with_due_work(self._clock()):
             self._requested.add(url)
             if url not in self._workers:
-                self._workers[url] = asyncio.get_running_loop().create_task(self._drain(url), name=f"poc-callbacks {url}")
+                self._workers[url] = asyncio.get_running_loop().create_task(
+                    self._drain(url), name=f"poc-callbacks {url}"
+                )
 
     async def _drain(self, url: str) -> None:
         try:
@@ -150,7 +152,9 @@ class CallbackSender:
                         # The receiver did not answer a whole schedule: it is down, and every later POST to it
                         # would spend a schedule of its own finding that out. They wait for the next pass too.
                         for later in posts[index + 1 :]:
-                            self._store.postpone(later, self._clock() + self._pass_delay_seconds, "its receiver was down")
+                            self._store.postpone(
+                                later, self._clock() + self._pass_delay_seconds, "its receiver was down"
+                            )
                         break
         except asyncio.CancelledError:
             raise
@@ -180,7 +184,9 @@ class CallbackSender:
             self._store.count_failed_attempt(post)
             log.warning("callback POST %s (%s, %d artifacts) failed: %s", _safe(post.url), key, post.artifacts, detail)
 
-        result = await post_with_retry(self._session, post.url, body, {IDEMPOTENCY_HEADER: key}, self._retry, failed_attempt)
+        result = await post_with_retry(
+            self._session, post.url, body, {IDEMPOTENCY_HEADER: key}, self._retry, failed_attempt
+        )
         if result.outcome is PostOutcome.DELIVERED:
             self._store.settle(post, EntryState.DELIVERED, result.detail)
             self.delivered_entries += len(post.entry_ids)
@@ -188,16 +194,29 @@ class CallbackSender:
             self._give_up(post, GiveUpReason.REJECTED, f"the receiver rejected it ({result.detail})")
         else:
             self._store.postpone(post, self._clock() + self._pass_delay_seconds, result.detail)
-            log.warning("callback POST %s (%s): the whole retry schedule failed (%s); next pass in %g s",
-                        _safe(post.url), key, result.detail, self._pass_delay_seconds)
+            log.warning(
+                "callback POST %s (%s): the whole retry schedule failed (%s); next pass in %g s",
+                _safe(post.url),
+                key,
+                result.detail,
+                self._pass_delay_seconds,
+            )
         return result.answered
 
     def _give_up(self, post: Post, reason: str, why: str) -> None:
         self._store.settle(post, EntryState.GIVEN_UP, why)
         self.given_up_entries[reason] += len(post.entry_ids)
         self.given_up_artifacts[reason] += post.artifacts
-        log.error("callback to %s given up (%s): %d entries (ids %d..%d), %d artifacts: %s",
-                  _safe(post.url), reason, len(post.entry_ids), post.entry_ids[0], post.entry_ids[-1], post.artifacts, why)
+        log.error(
+            "callback to %s given up (%s): %d entries (ids %d..%d), %d artifacts: %s",
+            _safe(post.url),
+            reason,
+            len(post.entry_ids),
+            post.entry_ids[0],
+            post.entry_ids[-1],
+            post.artifacts,
+            why,
+        )
 
     def _purge_if_due(self) -> None:
         now = self._clock()

@@ -101,7 +101,9 @@ class CallbackStore:
             self._db.execute("PRAGMA synchronous=NORMAL")
             version = self._db.execute("PRAGMA user_version").fetchone()[0]
             if version not in (0, SCHEMA_VERSION):
-                raise StoreUnreadable(f"the callback store {self.path} has schema version {version}; this server reads {SCHEMA_VERSION}")
+                raise StoreUnreadable(
+                    f"the callback store {self.path} has schema version {version}; this server reads {SCHEMA_VERSION}"
+                )
             self._db.executescript(SCHEMA)
             self._db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
             self._db.execute("INSERT OR IGNORE INTO store (key, value) VALUES ('id', ?)", (secrets.token_hex(8),))
@@ -147,7 +149,9 @@ class CallbackStore:
         if new_posts:
             self._db.execute("BEGIN IMMEDIATE")
             for members in new_posts:
-                self._db.executemany("UPDATE callbacks SET post_id = ? WHERE id = ?", [(members[0].id, row.id) for row in members])
+                self._db.executemany(
+                    "UPDATE callbacks SET post_id = ? WHERE id = ?", [(members[0].id, row.id) for row in members]
+                )
             self._db.execute("COMMIT")
         groups = sorted(formed.items()) + [(members[0].id, members) for members in new_posts]
         return [
@@ -164,7 +168,10 @@ class CallbackStore:
 
     def bodies(self, post: Post) -> list[str]:
         """The post's entries' JSON texts, in id order."""
-        return [body for (body,) in self._db.execute("SELECT body FROM callbacks WHERE post_id = ? ORDER BY id", (post.post_id,))]
+        return [
+            body
+            for (body,) in self._db.execute("SELECT body FROM callbacks WHERE post_id = ? ORDER BY id", (post.post_id,))
+        ]
 
     def settle(self, post: Post, state: EntryState, outcome: str) -> None:
         if state is EntryState.PENDING:
@@ -209,7 +216,9 @@ class CallbackStore:
 
     def purge_settled(self, settled_before: float) -> int:
         """Deletes delivered and given-up entries settled before the time given; returns how many."""
-        cursor = self._db.execute("DELETE FROM callbacks WHERE state != 'pending' AND settled_at < ?", (settled_before,))
+        cursor = self._db.execute(
+            "DELETE FROM callbacks WHERE state != 'pending' AND settled_at < ?", (settled_before,)
+        )
         return cursor.rowcount
 
     def close(self) -> None:

@@ -29,7 +29,13 @@ def generated_url(url: str) -> str:
 
 class ArtifactCallback:
     def __init__(
-        self, url: str, identity: CallbackIdentity, k_dim: int, round_id: str, store: CallbackStore, flush: Callable[[], None]
+        self,
+        url: str,
+        identity: CallbackIdentity,
+        k_dim: int,
+        round_id: str,
+        store: CallbackStore,
+        flush: Callable[[], None],
     ) -> None:
         """`flush`: asks the store's sender to send what is pending now (CallbackSender.flush)."""
         self.generated_url = generated_url(url)
@@ -47,7 +53,10 @@ class ArtifactCallback:
 
     def add(self, nonces: Sequence[int], vectors: bytes) -> None:
         """One batch, on disk when this returns (the deployed body: identity, artifacts, encoding)."""
-        artifacts = [{"nonce": int(nonce), "vector_b64": vector_b64(vectors, self._k_dim, index)} for index, nonce in enumerate(nonces)]
+        artifacts = [
+            {"nonce": int(nonce), "vector_b64": vector_b64(vectors, self._k_dim, index)}
+            for index, nonce in enumerate(nonces)
+        ]
         body = {**self._fields, "artifacts": artifacts, "encoding": self._encoding}
         self._store.append(self.generated_url, body, self._round_id, len(artifacts))
 

@@ -122,7 +122,9 @@ class MiningRound:
     async def run(self) -> None:
         """Runs until stopped, failed or out of nonces; never raises (the state says how it ended)."""
         params = self.params
-        batches = nonce_batches(params.node_id, params.node_count, params.group_id, params.group_count, params.batch_size)
+        batches = nonce_batches(
+            params.node_id, params.node_count, params.group_id, params.group_count, params.batch_size
+        )
         pending: deque[tuple[list[int], asyncio.Future[PocBatchResult]]] = deque()
         upcoming = next(batches, None)
         try:
@@ -131,7 +133,9 @@ class MiningRound:
                     after = next(batches, None)
                     if self._first_issue_at is None:
                         self._first_issue_at = self._clock()
-                    batch = poc_batch(params.artifacts, upcoming, after or (), withdrawn_if_exists=str(self._withdrawal.path))
+                    batch = poc_batch(
+                        params.artifacts, upcoming, after or (), withdrawn_if_exists=str(self._withdrawal.path)
+                    )
                     call = self._engine.poc_forward(batch)
                     pending.append((upcoming, asyncio.ensure_future(call)))
                     upcoming = after
@@ -179,13 +183,21 @@ class MiningRound:
         self.last_sequence = batch.sequence
         if split.failures:
             self.nonces_failed += len(split.failures)
-            log.warning("round %s: %d of %d nonces of batch %d have no artifact: %s", self.round_id, len(split.failures),
-                        len(nonces), batch.sequence, ", ".join(f"{f.nonce} ({f.outcome.name})" for f in split.failures[:8]))
+            log.warning(
+                "round %s: %d of %d nonces of batch %d have no artifact: %s",
+                self.round_id,
+                len(split.failures),
+                len(nonces),
+                batch.sequence,
+                ", ".join(f"{f.nonce} ({f.outcome.name})" for f in split.failures[:8]),
+            )
         if not split.nonces:
             self.rejected_batches += 1
             self._consecutive_rejections += 1
             if self._consecutive_rejections >= MAX_CONSECUTIVE_REJECTIONS:
-                raise RoundFailed(f"{self._consecutive_rejections} consecutive batches had no artifact (every nonce non-finite)")
+                raise RoundFailed(
+                    f"{self._consecutive_rejections} consecutive batches had no artifact (every nonce non-finite)"
+                )
             return
         self._consecutive_rejections = 0
         self.nonces_produced += len(split.nonces)
@@ -213,8 +225,10 @@ class MiningRound:
         if not self._outside_samples:
             return forward
         per_sample = 1000 / self._outside_samples
-        return (f"{forward}, outside it {self._outside_seconds * per_sample:.2f} ms, of which waiting for inputs "
-                f"{self._input_wait_seconds * per_sample:.2f} ms and the head {self._head_seconds * per_sample:.2f} ms")
+        return (
+            f"{forward}, outside it {self._outside_seconds * per_sample:.2f} ms, of which waiting for inputs "
+            f"{self._input_wait_seconds * per_sample:.2f} ms and the head {self._head_seconds * per_sample:.2f} ms"
+        )
 
     def status(self) -> poc_pb2.RoundStatus:
         status = poc_pb2.RoundStatus(
@@ -238,7 +252,11 @@ class MiningRound:
             status.seconds_stop_to_last_forward = max(0.0, self._last_forward_returned_at - self._stop_requested_at)
         if self._first_batch_at is not None:
             status.seconds_to_first_batch = self._first_batch_at - self._requested_at
-        if self._first_issue_at is not None and self._last_done_at is not None and self._last_done_at > self._first_issue_at:
+        if (
+            self._first_issue_at is not None
+            and self._last_done_at is not None
+            and self._last_done_at > self._first_issue_at
+        ):
             end = self._last_done_at
             status.nonces_per_second_round = self.nonces_produced / (end - self._first_issue_at)
             window_start = max(self._first_issue_at, end - RATE_WINDOW_SECONDS)

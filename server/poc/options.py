@@ -49,28 +49,60 @@ class PocOptions:
 
 def add_poc_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("poc", "Proof of Compute (PocService, ValidatePocArtifacts)")
-    group.add_argument("--poc-buffer-artifacts", type=_at_least(int, 1), default=DEFAULT_BUFFER_ARTIFACTS,
-                       help="artifacts a round keeps for subscribers that reconnect (default %(default)s)")
-    group.add_argument("--poc-retention-s", type=_at_least(float, 0), default=DEFAULT_RETENTION_SECONDS,
-                       help="seconds a stopped round's artifacts stay readable by subscribers (default %(default)s)")
-    group.add_argument("--callback-store", default=None, metavar="PATH",
-                       help="the durable callback store (SQLite): every callback body from its production until its "
-                            "delivery, kept across restarts and kills; one server per store (default: "
-                            "$XDG_STATE_HOME/gonka-mlnode/callbacks-port-<port>.sqlite3)")
-    group.add_argument("--poc-callback-flush-s", type=_at_least(float, 0), default=DEFAULT_CALLBACK_FLUSH_SECONDS,
-                       help="at exit, seconds callbacks get to deliver; the rest stays in the store for the next "
-                            "start (default %(default)s)")
-    group.add_argument("--poc-callback-interval-s", type=_at_least(float, 0, strictly=True), default=DEFAULT_CALLBACK_INTERVAL_SECONDS,
-                       help="seconds between artifact callback POSTs (default %(default)s, as the deployed server)")
-    group.add_argument("--poc-block-wait-s", type=_at_least(float, 0), default=DEFAULT_BLOCK_WAIT_SECONDS,
-                       help="a recompute batch waits this long for free KV blocks before it is split (default %(default)s)")
-    group.add_argument("--poc-forward", choices=POC_FORWARDS, default=POC_FORWARDS[0],
-                       help="compiled: the PoC forward compiled by torch.compile before the server serves (seconds "
-                            "at start, cached for later starts; faster batches); eager: vLLM's kernels one by one, "
-                            "nothing to compile; off: no PoC, inference only (for a model the PoC forward has no "
-                            "decoder for, which is otherwise refused at start) (default %(default)s)")
-    group.add_argument("--poc-retry-after-s", type=_at_least(float, 0), default=DEFAULT_GATE_RETRY_SECONDS,
-                       help="the retry delay inference refused during a round is given (default %(default)s)")
+    group.add_argument(
+        "--poc-buffer-artifacts",
+        type=_at_least(int, 1),
+        default=DEFAULT_BUFFER_ARTIFACTS,
+        help="artifacts a round keeps for subscribers that reconnect (default %(default)s)",
+    )
+    group.add_argument(
+        "--poc-retention-s",
+        type=_at_least(float, 0),
+        default=DEFAULT_RETENTION_SECONDS,
+        help="seconds a stopped round's artifacts stay readable by subscribers (default %(default)s)",
+    )
+    group.add_argument(
+        "--callback-store",
+        default=None,
+        metavar="PATH",
+        help="the durable callback store (SQLite): every callback body from its production until its "
+        "delivery, kept across restarts and kills; one server per store (default: "
+        "$XDG_STATE_HOME/gonka-mlnode/callbacks-port-<port>.sqlite3)",
+    )
+    group.add_argument(
+        "--poc-callback-flush-s",
+        type=_at_least(float, 0),
+        default=DEFAULT_CALLBACK_FLUSH_SECONDS,
+        help="at exit, seconds callbacks get to deliver; the rest stays in the store for the next "
+        "start (default %(default)s)",
+    )
+    group.add_argument(
+        "--poc-callback-interval-s",
+        type=_at_least(float, 0, strictly=True),
+        default=DEFAULT_CALLBACK_INTERVAL_SECONDS,
+        help="seconds between artifact callback POSTs (default %(default)s, as the deployed server)",
+    )
+    group.add_argument(
+        "--poc-block-wait-s",
+        type=_at_least(float, 0),
+        default=DEFAULT_BLOCK_WAIT_SECONDS,
+        help="a recompute batch waits this long for free KV blocks before it is split (default %(default)s)",
+    )
+    group.add_argument(
+        "--poc-forward",
+        choices=POC_FORWARDS,
+        default=POC_FORWARDS[0],
+        help="compiled: the PoC forward compiled by torch.compile before the server serves (seconds "
+        "at start, cached for later starts; faster batches); eager: vLLM's kernels one by one, "
+        "nothing to compile; off: no PoC, inference only (for a model the PoC forward has no "
+        "decoder for, which is otherwise refused at start) (default %(default)s)",
+    )
+    group.add_argument(
+        "--poc-retry-after-s",
+        type=_at_least(float, 0),
+        default=DEFAULT_GATE_RETRY_SECONDS,
+        help="the retry delay inference refused during a round is given (default %(default)s)",
+    )
 
 
 def poc_options_from(namespace: argparse.Namespace) -> PocOptions:

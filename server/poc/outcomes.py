@@ -46,14 +46,28 @@ def split_outcomes(nonces: Sequence[int], result: PocBatchResult, k_dim: int) ->
     return SplitBatch(
         nonces=[nonces[index] for index in kept],
         vectors=vectors[kept].tobytes(),
-        failures=[NonceFailure(nonce, outcome) for nonce, outcome in zip(nonces, outcomes) if outcome != HeadOutcome.COMPUTED],
-        rows=[vectors[index].astype(np.float16) if outcome == HeadOutcome.COMPUTED else None for index, outcome in enumerate(outcomes)],
+        failures=[
+            NonceFailure(nonce, outcome) for nonce, outcome in zip(nonces, outcomes) if outcome != HeadOutcome.COMPUTED
+        ],
+        rows=[
+            vectors[index].astype(np.float16) if outcome == HeadOutcome.COMPUTED else None
+            for index, outcome in enumerate(outcomes)
+        ],
     )
 
 
 def nonce_errors(failures: Sequence[NonceFailure]) -> list[poc_pb2.NonceError]:
-    return [poc_pb2.NonceError(nonce=failure.nonce, reason=NONCE_ERROR_REASONS[failure.outcome], detail=DETAILS[failure.outcome]) for failure in failures]
+    return [
+        poc_pb2.NonceError(
+            nonce=failure.nonce, reason=NONCE_ERROR_REASONS[failure.outcome], detail=DETAILS[failure.outcome]
+        )
+        for failure in failures
+    ]
 
 
-def artifact_batch_message(sequence: int, nonces: Sequence[int], vectors: bytes, k_dim: int, failures: Sequence[NonceFailure]) -> poc_pb2.ArtifactBatch:
-    return poc_pb2.ArtifactBatch(sequence=sequence, nonces=nonces, vectors=vectors, k_dim=k_dim, nonce_errors=nonce_errors(failures))
+def artifact_batch_message(
+    sequence: int, nonces: Sequence[int], vectors: bytes, k_dim: int, failures: Sequence[NonceFailure]
+) -> poc_pb2.ArtifactBatch:
+    return poc_pb2.ArtifactBatch(
+        sequence=sequence, nonces=nonces, vectors=vectors, k_dim=k_dim, nonce_errors=nonce_errors(failures)
+    )

@@ -54,7 +54,9 @@ class RoundBuffer:
         return self._buffered_artifacts
 
     def append(self, nonces: Sequence[int], vectors: bytes, failures: Sequence[NonceFailure] = ()) -> ArtifactBatch:
-        batch = ArtifactBatch(self.last_sequence + 1, tuple(int(nonce) for nonce in nonces), bytes(vectors), self.k_dim, tuple(failures))
+        batch = ArtifactBatch(
+            self.last_sequence + 1, tuple(int(nonce) for nonce in nonces), bytes(vectors), self.k_dim, tuple(failures)
+        )
         self._batches.append(batch)
         self._buffered_artifacts += len(batch)
         self._published_through.append(self._published_through[-1] + len(batch))

@@ -143,7 +143,9 @@ class RoundControl:
             task = self._rounds[running.round_id][2]
             await asyncio.wait({task}, timeout=self._engine.calls.timeout_seconds)
             if not task.done():
-                log.warning("round %s: the engine has not answered its last forward; shutting down without it", running.round_id)
+                log.warning(
+                    "round %s: the engine has not answered its last forward; shutting down without it", running.round_id
+                )
                 task.cancel()
                 await asyncio.wait({task})
         self._hub.shutdown("the server is shutting down")
@@ -153,7 +155,8 @@ class RoundControl:
         wanted = round_id or (self._running.round_id if self._running is not None else self._latest)
         if wanted is None or wanted not in self._rounds:
             raise round_not_found(
-                f"round_id: no PoC round {echoed(round_id)} is running or retained" if round_id
+                f"round_id: no PoC round {echoed(round_id)} is running or retained"
+                if round_id
                 else "no PoC round is running or retained on this server",
                 round_id,
             )
@@ -162,7 +165,9 @@ class RoundControl:
     def _forget_expired(self) -> None:
         """Ended rounds go when the hub drops them (its retention time): one rule for status and subscriptions."""
         self._hub.drop_expired()
-        for round_id in [round_id for round_id, (_, _, task) in self._rounds.items() if task.done() and not self._hub.holds(round_id)]:
+        for round_id in [
+            round_id for round_id, (_, _, task) in self._rounds.items() if task.done() and not self._hub.holds(round_id)
+        ]:
             del self._rounds[round_id]
 
     async def _reopen(self) -> None:
@@ -211,12 +216,19 @@ class RoundControl:
             if callback is not None:
                 # What is pending goes at once; the server's shutdown bounds it, the store keeps the rest.
                 callback.finish()
-            log.info("round %s ended: %s, %d nonces; %s", mining.round_id, mining.state.name, mining.nonces_produced,
-                     mining.timing_summary())
+            log.info(
+                "round %s ended: %s, %d nonces; %s",
+                mining.round_id,
+                mining.state.name,
+                mining.nonces_produced,
+                mining.timing_summary(),
+            )
 
 
 def round_not_found(message: str, round_id: str | None) -> ServiceError:
-    return ServiceError(grpc.StatusCode.NOT_FOUND, Reason.ROUND_NOT_FOUND, message, field="round_id" if round_id else None)
+    return ServiceError(
+        grpc.StatusCode.NOT_FOUND, Reason.ROUND_NOT_FOUND, message, field="round_id" if round_id else None
+    )
 
 
 def _already_running(running: MiningRound) -> ServiceError:

@@ -111,7 +111,9 @@ def round_parameters(request: poc_pb2.StartRoundRequest, limits: PocLimits) -> R
     )
 
 
-def artifact_params(block_hash: str, public_key: str, request: object, stronger_rng: bool, limits: PocLimits) -> ArtifactParams:
+def artifact_params(
+    block_hash: str, public_key: str, request: object, stronger_rng: bool, limits: PocLimits
+) -> ArtifactParams:
     """From a request holding `params` (PocParams): the model, seq_len and k_dim checked."""
     if not block_hash:
         raise invalid_field("block_hash", "is required")
@@ -128,7 +130,9 @@ def artifact_params(block_hash: str, public_key: str, request: object, stronger_
             field="params.model",
         )
     if not 1 <= params.seq_len <= limits.max_model_len:
-        raise invalid_field("params.seq_len", f"must be in [1, max context {limits.max_model_len}], got {params.seq_len}")
+        raise invalid_field(
+            "params.seq_len", f"must be in [1, max context {limits.max_model_len}], got {params.seq_len}"
+        )
     k_dim = params.k_dim if params.HasField("k_dim") else DEFAULT_K
     if not 2 <= k_dim <= limits.hidden_size:
         raise invalid_field("params.k_dim", f"must be in [2, hidden size {limits.hidden_size}], got {k_dim}")

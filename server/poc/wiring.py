@@ -50,7 +50,15 @@ class PocComponents:
             store, self._session, interval_seconds=options.callback_interval_seconds, settled_kept_seconds=settled_kept
         )
         self.control = RoundControl(
-            engine, self.gate, self.hub, self.runner, health, gated_services, poc_service, self._round_callback, lambda: admission.is_open
+            engine,
+            self.gate,
+            self.hub,
+            self.runner,
+            health,
+            gated_services,
+            poc_service,
+            self._round_callback,
+            lambda: admission.is_open,
         )
         self.servicer = PocServicer(self.control, self.hub, self.runner, limits, admission)
 
@@ -74,8 +82,12 @@ class PocComponents:
     def _round_callback(self, round_id: str, params: RoundParameters) -> ArtifactCallback | None:
         if not params.callback_url:
             return None
-        identity = CallbackIdentity(params.artifacts.public_key, params.artifacts.block_hash, params.block_height, params.node_id)
-        return ArtifactCallback(params.callback_url, identity, params.artifacts.k_dim, round_id, self.store, self.sender.flush)
+        identity = CallbackIdentity(
+            params.artifacts.public_key, params.artifacts.block_hash, params.block_height, params.node_id
+        )
+        return ArtifactCallback(
+            params.callback_url, identity, params.artifacts.k_dim, round_id, self.store, self.sender.flush
+        )
 
 
 def poc_limits(facts: ModelFacts, enabled: bool = True) -> PocLimits:

@@ -67,7 +67,9 @@ class PromptReader:
 
     async def _render_chat(self, chat: pb.ChatInput) -> list[int]:
         if not self._facts.has_chat_template:
-            raise invalid_field("chat", f"model {self._facts.served_model_name} has no chat template; send text or token_ids")
+            raise invalid_field(
+                "chat", f"model {self._facts.served_model_name} has no chat template; send text or token_ids"
+            )
         if not chat.messages:
             raise invalid_field("chat.messages", "must not be empty")
         messages = []
@@ -75,7 +77,9 @@ class PromptReader:
             role = CHAT_ROLES.get(message.role)
             if role is None:
                 known = ", ".join(pb.ChatRole.Name(value) for value in CHAT_ROLES)
-                raise invalid_field(f"chat.messages[{index}].role", f"unknown role {message.role}; expected one of {known}")
+                raise invalid_field(
+                    f"chat.messages[{index}].role", f"unknown role {message.role}; expected one of {known}"
+                )
             messages.append({"role": role, "content": message.content})
         variables = self._template_variables(chat)
         chars = sum(len(message.content) for message in chat.messages) + _string_chars(variables)
@@ -89,7 +93,9 @@ class PromptReader:
     def _template_variables(self, chat: pb.ChatInput) -> dict[str, Any]:
         if not chat.HasField("template_kwargs"):
             return {}
-        variables = {name: integral_numbers_as_ints(value) for name, value in MessageToDict(chat.template_kwargs).items()}
+        variables = {
+            name: integral_numbers_as_ints(value) for name, value in MessageToDict(chat.template_kwargs).items()
+        }
         allowed = self._limits.template_variables
         for name in sorted(variables):
             if name not in allowed:

@@ -61,9 +61,21 @@ def sampling_choice(request: pb.GenerateRequest, prompt_length: int, facts: Mode
     optional("top_p", math.isfinite(options.top_p) and 0 < options.top_p <= 1, "must be in (0, 1]")
     optional("top_k", options.top_k >= -1, "must be >= 1, or 0 / -1 for no limit")
     optional("min_p", math.isfinite(options.min_p) and 0 <= options.min_p <= 1, "must be in [0, 1]")
-    optional("presence_penalty", math.isfinite(options.presence_penalty) and -2 <= options.presence_penalty <= 2, "must be in [-2, 2]")
-    optional("frequency_penalty", math.isfinite(options.frequency_penalty) and -2 <= options.frequency_penalty <= 2, "must be in [-2, 2]")
-    optional("repetition_penalty", math.isfinite(options.repetition_penalty) and options.repetition_penalty > 0, "must be > 0")
+    optional(
+        "presence_penalty",
+        math.isfinite(options.presence_penalty) and -2 <= options.presence_penalty <= 2,
+        "must be in [-2, 2]",
+    )
+    optional(
+        "frequency_penalty",
+        math.isfinite(options.frequency_penalty) and -2 <= options.frequency_penalty <= 2,
+        "must be in [-2, 2]",
+    )
+    optional(
+        "repetition_penalty",
+        math.isfinite(options.repetition_penalty) and options.repetition_penalty > 0,
+        "must be > 0",
+    )
     optional("seed", True, "")
     optional("max_tokens", options.max_tokens >= 1, "must be >= 1")
     optional("min_tokens", options.min_tokens >= 0, "must be >= 0")

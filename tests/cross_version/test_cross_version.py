@@ -34,7 +34,9 @@ CALL_TIMEOUT = 300.0
 def release_python(release: str) -> str:
     python = RELEASE_VENVS[release] / "bin" / "python"
     if not python.is_file():
-        pytest.fail(f"vLLM {release} is not set up at {python.parent.parent}: run `make test-all` (or `make setup VLLM={release}`)")
+        pytest.fail(
+            f"vLLM {release} is not set up at {python.parent.parent}: run `make test-all` (or `make setup VLLM={release}`)"
+        )
     return str(python)
 
 
@@ -68,9 +70,13 @@ def test_an_inference_served_on_one_release_replays_on_the_other(
     with InferenceClient(servers[executor].target) as client:
         for seed, prompt in enumerate(PROMPTS, start=40):
             request = build_request(token_ids=prompt, seed=seed, logprobs_mode=mode, **SAMPLING)
-            served = client.generate(build_request(token_ids=prompt, seed=seed, logprobs_mode=mode, chain_top_logprobs=True, **SAMPLING))
+            served = client.generate(
+                build_request(token_ids=prompt, seed=seed, logprobs_mode=mode, chain_top_logprobs=True, **SAMPLING)
+            )
             output = served.first
-            items.append(inference_item(request, output.token_ids, output.logprobs.chain_top, threshold=0.94, mode=mode))
+            items.append(
+                inference_item(request, output.token_ids, output.logprobs.chain_top, threshold=0.94, mode=mode)
+            )
     with InferenceClient(servers[validator].target) as client:
         responses = client.validate_inference(items, timeout=CALL_TIMEOUT)
     assert sorted(response.index for response in responses) == list(range(len(items)))
@@ -99,12 +105,20 @@ def test_artifacts_agree_across_releases_within_the_networks_tolerance(servers: 
 
 
 @pytest.mark.parametrize(("prover", "validator"), [("0.25.1", "0.28.0"), ("0.28.0", "0.25.1")])
-def test_artifacts_computed_on_one_release_validate_on_the_other(servers: dict[str, ServerProcess], prover: str, validator: str) -> None:
+def test_artifacts_computed_on_one_release_validate_on_the_other(
+    servers: dict[str, ServerProcess], prover: str, validator: str
+) -> None:
     with InferenceClient(servers[prover].target) as client:
         model = client.model_info().served_model_name
-        claims = [pair for batch in client.poc.compute_artifacts(model=model, nonces=NONCES, timeout=CALL_TIMEOUT, **POC) for pair in batch_b64(batch)]
+        claims = [
+            pair
+            for batch in client.poc.compute_artifacts(model=model, nonces=NONCES, timeout=CALL_TIMEOUT, **POC)
+            for pair in batch_b64(batch)
+        ]
     with InferenceClient(servers[validator].target) as client:
-        responses = list(client.poc.validate_poc_artifacts(claims=claims, model=model, timeout=CALL_TIMEOUT, **POC, **THRESHOLDS))
+        responses = list(
+            client.poc.validate_poc_artifacts(claims=claims, model=model, timeout=CALL_TIMEOUT, **POC, **THRESHOLDS)
+        )
     summary = responses[-1].summary
     assert summary.n_total == len(NONCES) and summary.n_mismatch == 0, summary
     assert not summary.fraud_detected, summary

@@ -16,7 +16,18 @@ from tests.support.server_process import REPO_ROOT, ServerProcess
 TIMEOUT = 180
 THRESHOLD = 0.94
 # An executor's sampled generation, recorded with the network's 5-entry chain lists.
-SAMPLED = ["--max-tokens", "12", "--temperature", "0.99", "--seed", "11", "--logprobs", "5", "--logprobs-mode", "processed"]
+SAMPLED = [
+    "--max-tokens",
+    "12",
+    "--temperature",
+    "0.99",
+    "--seed",
+    "11",
+    "--logprobs",
+    "5",
+    "--logprobs-mode",
+    "processed",
+]
 PROMPT = "Once upon a time"
 
 
@@ -26,7 +37,14 @@ def command(server: ServerProcess, *argv: str) -> list[str]:
 
 def cli(server: ServerProcess, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        command(server, *argv), input=stdin, capture_output=True, text=True, timeout=TIMEOUT, cwd=REPO_ROOT, env=dict(os.environ), check=False,
+        command(server, *argv),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        cwd=REPO_ROOT,
+        env=dict(os.environ),
+        check=False,
     )
 
 
@@ -47,8 +65,17 @@ def test_info_and_status_json_are_the_rpcs_answers(server: ServerProcess, client
     model = json.loads(info.stdout)
     expected = client.model_info()
     assert (model["served_model_name"], model["vocab_size"], model["eos_token_id"]) == (
-        expected.served_model_name, expected.vocab_size, expected.eos_token_id)
-    assert {"max_context_length", "max_logprobs", "has_chat_template", "max_prompt_chars", "max_request_bytes"} <= model.keys()
+        expected.served_model_name,
+        expected.vocab_size,
+        expected.eos_token_id,
+    )
+    assert {
+        "max_context_length",
+        "max_logprobs",
+        "has_chat_template",
+        "max_prompt_chars",
+        "max_request_bytes",
+    } <= model.keys()
     status = cli(server, "status", "--json")
     assert status.returncode == 0, status.stderr
     server_status = json.loads(status.stdout)
@@ -57,18 +84,37 @@ def test_info_and_status_json_are_the_rpcs_answers(server: ServerProcess, client
 
 
 def test_a_completion_streams_as_json_lines(server: ServerProcess) -> None:
-    done = cli(server, "complete", PROMPT, "--max-tokens", "6", "--temperature", "0", "--logprobs", "2", "--chain-top-logprobs", "--json")
+    done = cli(
+        server,
+        "complete",
+        PROMPT,
+        "--max-tokens",
+        "6",
+        "--temperature",
+        "0",
+        "--logprobs",
+        "2",
+        "--chain-top-logprobs",
+        "--json",
+    )
     assert done.returncode == 0, done.stderr
     messages = json_lines(done.stdout)
     tokens = [token for message in messages for token in message["tokens"]["ids"]]
     finish = messages[-1]["finish"]
-    assert finish["reason"] in ("FINISH_REASON_LENGTH", "FINISH_REASON_STOP") and finish["usage"]["completion_tokens"] == len(tokens) > 0
+    assert (
+        finish["reason"] in ("FINISH_REASON_LENGTH", "FINISH_REASON_STOP")
+        and finish["usage"]["completion_tokens"] == len(tokens) > 0
+    )
     assert all(len(message["tokens"]["chain_top_ids"]) == 2 * len(message["tokens"]["ids"]) for message in messages)
     assert "".join(message["text"] for message in messages)
 
 
-def test_abort_json_prints_the_empty_answer_and_an_unknown_request_fails(server: ServerProcess, client: InferenceClient) -> None:
-    stream = client.stream(token_ids=[9707, 1879, 11], max_tokens=4000, ignore_eos=True, temperature=0.0, request_id="cli-abort")
+def test_abort_json_prints_the_empty_answer_and_an_unknown_request_fails(
+    server: ServerProcess, client: InferenceClient
+) -> None:
+    stream = client.stream(
+        token_ids=[9707, 1879, 11], max_tokens=4000, ignore_eos=True, temperature=0.0, request_id="cli-abort"
+    )
     received = [next(stream)]  # the request is running: the server has sent its first tokens
     done = cli(server, "abort", "cli-abort", "--json")
     assert done.returncode == 0, done.stderr
@@ -81,11 +127,22 @@ def test_abort_json_prints_the_empty_answer_and_an_unknown_request_fails(server:
 
 
 def test_a_recorded_completion_piped_into_validate_inference_passes(server: ServerProcess) -> None:
-    recorder = subprocess.Popen(command(server, "complete", PROMPT, *SAMPLED, "--record"), stdout=subprocess.PIPE, cwd=REPO_ROOT, env=dict(os.environ))
+    recorder = subprocess.Popen(
+        command(server, "complete", PROMPT, *SAMPLED, "--record"),
+        stdout=subprocess.PIPE,
+        cwd=REPO_ROOT,
+        env=dict(os.environ),
+    )
     try:
         validator = subprocess.run(
             command(server, "validate-inference", "--threshold", str(THRESHOLD), "--json"),
-            stdin=recorder.stdout, capture_output=True, text=True, timeout=TIMEOUT, cwd=REPO_ROOT, env=dict(os.environ), check=False,
+            stdin=recorder.stdout,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+            cwd=REPO_ROOT,
+            env=dict(os.environ),
+            check=False,
         )
     finally:
         recorder.stdout.close()
@@ -93,13 +150,20 @@ def test_a_recorded_completion_piped_into_validate_inference_passes(server: Serv
     assert validator.returncode == 0, validator.stderr
     [response] = json_lines(validator.stdout)
     verdict = response["verdict"]
-    assert response["index"] == 0 and verdict["passed"] is True and verdict["failure"] == "INFERENCE_FAILURE_UNSPECIFIED"
-    assert verdict["similarity"] > 0.999 and (verdict["mode"], verdict["mode_detected"]) == ("LOGPROBS_MODE_PROCESSED", False)
+    assert (
+        response["index"] == 0 and verdict["passed"] is True and verdict["failure"] == "INFERENCE_FAILURE_UNSPECIFIED"
+    )
+    assert verdict["similarity"] > 0.999 and (verdict["mode"], verdict["mode_detected"]) == (
+        "LOGPROBS_MODE_PROCESSED",
+        False,
+    )
     assert 1 <= verdict["replayed_tokens"] <= 12
     assert "validate-inference: 1 items: 1 passed, 0 failed, 0 errors" in validator.stderr
 
 
-def test_a_tampered_record_fails_beside_honest_ones_in_every_request_form(server: ServerProcess, client: InferenceClient, tmp_path) -> None:
+def test_a_tampered_record_fails_beside_honest_ones_in_every_request_form(
+    server: ServerProcess, client: InferenceClient, tmp_path
+) -> None:
     completion = recorded(server, "complete", PROMPT)
     chat = recorded(server, "chat", "Tell me a story")
     tokens = completion["token_ids"]
@@ -108,7 +172,8 @@ def test_a_tampered_record_fails_beside_honest_ones_in_every_request_form(server
     tampered = completion | {"token_ids": tokens[:3] + [client.model_info().eos_token_id] + tokens[4:]}
     # The completion's request as the simple fields instead of proto JSON: the same replay.
     simple = {"prompt": PROMPT, "max_tokens": 12, "temperature": 0.99, "seed": 11} | {
-        key: completion[key] for key in ("token_ids", "top_logprobs", "mode")}
+        key: completion[key] for key in ("token_ids", "top_logprobs", "mode")
+    }
     out_of_vocabulary = completion | {"token_ids": [151936 + 9] + completion["token_ids"][1:]}
     items = [completion, tampered, simple, chat, out_of_vocabulary]
     path = tmp_path / "items.jsonl"
@@ -118,8 +183,12 @@ def test_a_tampered_record_fails_beside_honest_ones_in_every_request_form(server
     lines = {int(line.split(":")[0].removeprefix("item ")): line for line in done.stdout.splitlines()}
     assert sorted(lines) == [0, 1, 2, 3, 4]
     assert all(lines[index].startswith(f"item {index}: passed, ") for index in (0, 2, 3)), lines
-    assert lines[1].startswith(f"item 1: FAILED length_differs at position 4 (executor token {tokens[4]}), similarity 0.000000, "), lines[1]
-    assert lines[4].startswith("item 4: ERROR INVALID_ARGUMENT TOKEN_OUT_OF_VOCABULARY (field positions.token_ids[0]): "), lines[4]
+    assert lines[1].startswith(
+        f"item 1: FAILED length_differs at position 4 (executor token {tokens[4]}), similarity 0.000000, "
+    ), lines[1]
+    assert lines[4].startswith(
+        "item 4: ERROR INVALID_ARGUMENT TOKEN_OUT_OF_VOCABULARY (field positions.token_ids[0]): "
+    ), lines[4]
     assert done.stderr.splitlines()[-1] == "validate-inference: 5 items: 3 passed, 1 failed, 1 errors"
 
 
@@ -128,7 +197,13 @@ def test_more_items_than_one_call_takes_are_sent_in_several(server: ServerProces
     comes back, numbered by its place in the input."""
     model = json.loads(cli(server, "info", "--json").stdout)
     beyond = max(model["vocab_size"] - 1, model["tokenizer_max_token_id"]) + 1
-    item = {"prompt_token_ids": [9707], "max_tokens": 1, "token_ids": [beyond], "top_logprobs": [{str(beyond): -0.1}], "threshold": THRESHOLD}
+    item = {
+        "prompt_token_ids": [9707],
+        "max_tokens": 1,
+        "token_ids": [beyond],
+        "top_logprobs": [{str(beyond): -0.1}],
+        "threshold": THRESHOLD,
+    }
     done = cli(server, "validate-inference", "--json", stdin=(json.dumps(item) + "\n") * 1025)
     assert done.returncode == 1, done.stderr
     responses = json_lines(done.stdout)

@@ -34,7 +34,14 @@ BATCH_SIZE = 8
 DEFAULT_K = 12
 # This node's place: node 1 of 3, group 1 of 2, so the nonce formula's every term is exercised.
 PLACE = {"node_id": 1, "node_count": 3, "group_id": 1, "group_count": 2}
-ROUND = {"block_hash": "0x" + "ab" * 32, "block_height": 1234, "public_key": "client-poc-test-key", "seq_len": SEQ_LEN, "batch_size": BATCH_SIZE, **PLACE}
+ROUND = {
+    "block_hash": "0x" + "ab" * 32,
+    "block_height": 1234,
+    "public_key": "client-poc-test-key",
+    "seq_len": SEQ_LEN,
+    "batch_size": BATCH_SIZE,
+    **PLACE,
+}
 ARTIFACT_PARAMS = {key: ROUND[key] for key in ("block_hash", "public_key", "seq_len")}
 # The deployed test's strict distance (poc-v2.md section 7), with the network's binomial parameters.
 THRESHOLDS = {"dist_threshold": 0.02, "p_mismatch": 0.1, "p_value_threshold": 0.05}
@@ -92,13 +99,26 @@ def mined(server: ServerProcess) -> MinedRound:
                 batches.append(response.batch)
             else:
                 ends.append(response.end)
-        return MinedRound(model, started, batches, ends[0] if ends else poc_pb2.SubscriptionEnd(), stopped, health_during, health_of(client))
+        return MinedRound(
+            model,
+            started,
+            batches,
+            ends[0] if ends else poc_pb2.SubscriptionEnd(),
+            stopped,
+            health_during,
+            health_of(client),
+        )
 
 
 def test_a_round_streams_its_nonces_in_order_until_it_is_stopped(mined: MinedRound) -> None:
     assert mined.started.state == poc_pb2.ROUND_STATE_GENERATING and len(mined.started.round_id) == 32
     parameters = mined.started.parameters
-    assert (parameters.params.k_dim, parameters.batch_size, parameters.node_count, parameters.group_count) == (DEFAULT_K, BATCH_SIZE, 3, 2)
+    assert (parameters.params.k_dim, parameters.batch_size, parameters.node_count, parameters.group_count) == (
+        DEFAULT_K,
+        BATCH_SIZE,
+        3,
+        2,
+    )
     assert mined.health_during == {POC_SERVICE: SERVING, INFERENCE_SERVICE: NOT_SERVING}
     assert mined.health_after == {POC_SERVICE: SERVING, INFERENCE_SERVICE: SERVING}
 
@@ -122,25 +142,45 @@ def test_compute_artifacts_reproduces_the_rounds_artifacts(server: ServerProcess
     chosen = [n for n in list(round_vectors)[::2]][:11]
     nonces = chosen[::-1] + chosen[:1]
     with InferenceClient(server.target) as client:
-        batches = list(client.poc.compute_artifacts(model=mined.model, nonces=nonces, batch_size=5, timeout=CALL_TIMEOUT, **ARTIFACT_PARAMS))
+        batches = list(
+            client.poc.compute_artifacts(
+                model=mined.model, nonces=nonces, batch_size=5, timeout=CALL_TIMEOUT, **ARTIFACT_PARAMS
+            )
+        )
     assert [batch.sequence for batch in batches] == [1, 2, 3] and [len(batch.nonces) for batch in batches] == [5, 5, 2]
     computed = [pair for batch in batches for pair in decode_batch(batch)]
     assert [n for n, _ in computed] == nonces
-    distances = [float(np.linalg.norm(vector.astype(np.float32) - round_vectors[n].astype(np.float32))) for n, vector in computed]
+    distances = [
+        float(np.linalg.norm(vector.astype(np.float32) - round_vectors[n].astype(np.float32))) for n, vector in computed
+    ]
     assert max(distances) <= 0.02, distances
 
 
 def test_validate_poc_of_the_rounds_artifacts_finds_no_fraud(server: ServerProcess, mined: MinedRound) -> None:
     claims = mined.claims()
     # Half as the network's base64, half as raw float16 bytes: both forms are accepted.
-    mixed = [(n, text if index % 2 else vector_from_b64(text).astype("<f2").tobytes()) for index, (n, text) in enumerate(claims)]
+    mixed = [
+        (n, text if index % 2 else vector_from_b64(text).astype("<f2").tobytes())
+        for index, (n, text) in enumerate(claims)
+    ]
     with InferenceClient(server.target) as client:
-        responses = list(client.poc.validate_poc_artifacts(model=mined.model, claims=mixed, timeout=CALL_TIMEOUT, **ARTIFACT_PARAMS, **THRESHOLDS))
+        responses = list(
+            client.poc.validate_poc_artifacts(
+                model=mined.model, claims=mixed, timeout=CALL_TIMEOUT, **ARTIFACT_PARAMS, **THRESHOLDS
+            )
+        )
     progress = [response.progress for response in responses[:-1]]
-    assert progress and progress[-1].nonces_checked == len(claims) and all(not any(step.mismatches) for step in progress)
+    assert (
+        progress and progress[-1].nonces_checked == len(claims) and all(not any(step.mismatches) for step in progress)
+    )
     assert sorted(n for step in progress for n in step.nonces) == sorted(n for n, _ in claims)
     summary = responses[-1].summary
-    assert (summary.n_total, summary.n_mismatch, list(summary.mismatch_nonces), summary.fraud_detected) == (len(claims), 0, [], False)
+    assert (summary.n_total, summary.n_mismatch, list(summary.mismatch_nonces), summary.fraud_detected) == (
+        len(claims),
+        0,
+        [],
+        False,
+    )
     assert summary.p_value == 1.0
 
 
@@ -152,11 +192,17 @@ def test_validate_poc_counts_forged_and_malformed_claims(server: ServerProcess, 
     malformed_nonce = claims[8][0]
     tampered = shifted + [(malformed_nonce, "not base64!")] + claims[9:]
     with InferenceClient(server.target) as client:
-        responses = list(client.poc.validate_poc_artifacts(model=mined.model, claims=tampered, timeout=CALL_TIMEOUT, **ARTIFACT_PARAMS, **THRESHOLDS))
+        responses = list(
+            client.poc.validate_poc_artifacts(
+                model=mined.model, claims=tampered, timeout=CALL_TIMEOUT, **ARTIFACT_PARAMS, **THRESHOLDS
+            )
+        )
     distances = {n: d for step in (r.progress for r in responses[:-1]) for n, d in zip(step.nonces, step.distances)}
     assert np.isnan(distances[malformed_nonce]) and all(distances[n] > 0.02 for n in forged)
     summary = responses[-1].summary
-    assert set(summary.mismatch_nonces) == forged | {malformed_nonce} and summary.n_mismatch == 9 and summary.n_total == 24
+    assert (
+        set(summary.mismatch_nonces) == forged | {malformed_nonce} and summary.n_mismatch == 9 and summary.n_total == 24
+    )
     assert summary.fraud_detected and summary.p_value < 0.05
 
 
@@ -166,14 +212,24 @@ def test_validate_poc_counts_forged_and_malformed_claims(server: ServerProcess, 
 def cli(server: ServerProcess, *argv: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "gonka.mlnode.client", "--target", server.target, *argv],
-        input=stdin, capture_output=True, text=True, timeout=CALL_TIMEOUT, cwd=REPO_ROOT, env=dict(os.environ), check=False,
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=CALL_TIMEOUT,
+        cwd=REPO_ROOT,
+        env=dict(os.environ),
+        check=False,
     )
 
 
 def cli_process(server: ServerProcess, *argv: str) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "gonka.mlnode.client", "--target", server.target, *argv],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=dict(os.environ),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO_ROOT,
+        env=dict(os.environ),
     )
 
 
@@ -191,9 +247,24 @@ def read_to_the_end(process: subprocess.Popen, timeout: float) -> tuple[str, str
 
 
 ROUND_FLAGS = [
-    "--block-hash", ROUND["block_hash"], "--public-key", ROUND["public_key"], "--seq-len", str(SEQ_LEN),
-    "--block-height", "1234", "--batch-size", str(BATCH_SIZE),
-    "--node-id", "1", "--node-count", "3", "--group-id", "1", "--group-count", "2",
+    "--block-hash",
+    ROUND["block_hash"],
+    "--public-key",
+    ROUND["public_key"],
+    "--seq-len",
+    str(SEQ_LEN),
+    "--block-height",
+    "1234",
+    "--batch-size",
+    str(BATCH_SIZE),
+    "--node-id",
+    "1",
+    "--node-count",
+    "3",
+    "--group-id",
+    "1",
+    "--group-count",
+    "2",
 ]
 ARTIFACT_FLAGS = ["--block-hash", ROUND["block_hash"], "--public-key", ROUND["public_key"], "--seq-len", str(SEQ_LEN)]
 THRESHOLD_FLAGS = ["--dist-threshold", "0.02", "--p-mismatch", "0.1", "--p-value-threshold", "0.05"]
@@ -246,8 +317,12 @@ def test_the_cli_runs_a_round_subscribes_and_validates(server: ServerProcess, st
     # The stopped round stays readable: a text-mode subscription replays it with its progress line.
     replay = cli(server, "subscribe", "--round-id", round_id)
     assert replay.returncode == 0, replay.stderr
-    assert replay.stdout.splitlines()[0] == f"batch 1: {BATCH_SIZE} artifacts, nonces {nonce(0)}..{nonce(BATCH_SIZE - 1)}"
-    assert f"round {round_id[:8]}: {len(artifacts) // BATCH_SIZE} batches, {len(artifacts)} artifacts, " in replay.stderr
+    assert (
+        replay.stdout.splitlines()[0] == f"batch 1: {BATCH_SIZE} artifacts, nonces {nonce(0)}..{nonce(BATCH_SIZE - 1)}"
+    )
+    assert (
+        f"round {round_id[:8]}: {len(artifacts) // BATCH_SIZE} batches, {len(artifacts)} artifacts, " in replay.stderr
+    )
 
     # validate-poc reads the network's JSON list from a file (progress on stderr, a text verdict) ...
     claims_path = tmp_path / "claims.json"
@@ -263,7 +338,12 @@ def test_the_cli_runs_a_round_subscribes_and_validates(server: ServerProcess, st
     judged = cli(server, "validate-poc", *ARTIFACT_FLAGS, *THRESHOLD_FLAGS, "--json", stdin=computed.stdout)
     assert judged.returncode == 0, judged.stderr
     assert json.loads(judged.stdout) == {
-        "n_total": BATCH_SIZE, "n_mismatch": 0, "mismatch_nonces": [], "p_value": 1.0, "fraud_detected": False, "kv_blocks_note": "",
+        "n_total": BATCH_SIZE,
+        "n_mismatch": 0,
+        "mismatch_nonces": [],
+        "p_value": 1.0,
+        "fraud_detected": False,
+        "kv_blocks_note": "",
     }
     assert judged.stderr == ""  # --json: no progress line
 
@@ -286,7 +366,9 @@ def test_a_followed_subscription_resumes_after_the_connection_drops(server: Serv
         started = client.poc.start_round(model=model, **ROUND, timeout=CALL_TIMEOUT)
         events = []
         try:
-            for event in client.poc.follow_artifacts(retry_delay=0.2, on_retry=lambda error, attempt: retries.append(attempt)):
+            for event in client.poc.follow_artifacts(
+                retry_delay=0.2, on_retry=lambda error, attempt: retries.append(attempt)
+            ):
                 events.append(event)
                 batches = sum(e.HasField("batch") for e in events)
                 if batches == 2 and proxy.connections == 1:
@@ -307,7 +389,9 @@ def test_a_followed_subscription_resumes_after_the_connection_drops(server: Serv
 
 
 def test_the_async_client_follows_computes_and_validates(server: ServerProcess) -> None:
-    async def scenario() -> tuple[list[poc_pb2.SubscribeArtifactsResponse], list[poc_pb2.ArtifactBatch], object, list[int]]:
+    async def scenario() -> tuple[
+        list[poc_pb2.SubscribeArtifactsResponse], list[poc_pb2.ArtifactBatch], object, list[int]
+    ]:
         retries: list[int] = []
         with TcpProxy(server.port) as proxy:
             async with AsyncInferenceClient(proxy.target) as client:
@@ -316,7 +400,9 @@ def test_the_async_client_follows_computes_and_validates(server: ServerProcess) 
                 events, stopping = [], False
                 try:
                     assert (await client.poc.round_status(timeout=CALL_TIMEOUT)).round_id == started.round_id
-                    async for event in client.poc.follow_artifacts(started.round_id, retry_delay=0.2, on_retry=lambda e, a: retries.append(a)):
+                    async for event in client.poc.follow_artifacts(
+                        started.round_id, retry_delay=0.2, on_retry=lambda e, a: retries.append(a)
+                    ):
                         events.append(event)
                         batches = sum(e.HasField("batch") for e in events)
                         if batches == 1 and proxy.connections == 1:
@@ -329,8 +415,18 @@ def test_the_async_client_follows_computes_and_validates(server: ServerProcess) 
                 finally:
                     await client.poc.stop_round(started.round_id, timeout=CALL_TIMEOUT)
                 claims = [pair for event in events if event.HasField("batch") for pair in batch_b64(event.batch)]
-                computed = [batch async for batch in client.poc.compute_artifacts(model=model, nonces=[n for n, _ in claims[:BATCH_SIZE]], timeout=CALL_TIMEOUT, **ARTIFACT_PARAMS)]
-                responses = [r async for r in client.poc.validate_poc_artifacts(model=model, claims=claims, timeout=CALL_TIMEOUT, **ARTIFACT_PARAMS, **THRESHOLDS)]
+                computed = [
+                    batch
+                    async for batch in client.poc.compute_artifacts(
+                        model=model, nonces=[n for n, _ in claims[:BATCH_SIZE]], timeout=CALL_TIMEOUT, **ARTIFACT_PARAMS
+                    )
+                ]
+                responses = [
+                    r
+                    async for r in client.poc.validate_poc_artifacts(
+                        model=model, claims=claims, timeout=CALL_TIMEOUT, **ARTIFACT_PARAMS, **THRESHOLDS
+                    )
+                ]
                 return events, computed, responses[-1].summary, retries
 
     events, computed, summary, retries = asyncio.run(scenario())

@@ -28,7 +28,9 @@ def test_streamed_tokens_equal_the_final_only_result(client: InferenceClient) ->
 
 
 def test_max_tokens_per_message_bounds_every_message(client: InferenceClient) -> None:
-    responses = list(client.stream(token_ids=PROMPT_IDS, max_tokens=20, temperature=0.0, max_tokens_per_message=3, final_only=True))
+    responses = list(
+        client.stream(token_ids=PROMPT_IDS, max_tokens=20, temperature=0.0, max_tokens_per_message=3, final_only=True)
+    )
     sizes = [len(response.tokens.ids) for response in responses]
     assert sum(sizes) == 20 and max(sizes) == 3 and len(sizes) == 7
     assert responses[-1].HasField("finish") and not any(r.HasField("finish") for r in responses[:-1])
@@ -44,7 +46,9 @@ def test_the_same_seed_gives_the_same_tokens(client: InferenceClient) -> None:
 
 
 def test_logprob_arrays_have_the_requested_shapes(client: InferenceClient) -> None:
-    result = client.generate(token_ids=PROMPT_IDS, max_tokens=10, temperature=1.0, seed=3, top_logprobs=4, prompt_logprobs=2)
+    result = client.generate(
+        token_ids=PROMPT_IDS, max_tokens=10, temperature=1.0, seed=3, top_logprobs=4, prompt_logprobs=2
+    )
     output = result.first
     assert len(output.token_ids) == 10
     assert len(output.logprobs.logprobs) == len(output.logprobs.ranks) == 10
@@ -83,13 +87,19 @@ def test_no_logprobs_and_no_text_unless_asked(client: InferenceClient) -> None:
 def test_json_schema_output_validates(client: InferenceClient) -> None:
     schema = {
         "type": "object",
-        "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+        "properties": {
+            "name": {"type": "string", "maxLength": 8},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        },
         "required": ["name", "age"],
         "additionalProperties": False,
     }
     result = client.generate(
-        messages=[("user", "Describe a person as JSON.")], json_schema=json.dumps(schema), max_tokens=200,
-        temperature=0.0, include_text=True,
+        messages=[("user", "Describe a person as JSON.")],
+        json_schema=json.dumps(schema),
+        max_tokens=200,
+        temperature=0.0,
+        include_text=True,
     )
     assert result.first.finish_reason == "stop", result.first
     jsonschema.validate(json.loads(result.first.text), schema)
@@ -138,10 +148,15 @@ def test_text_and_chat_inputs_use_the_models_tokenizer_and_template(client: Infe
 
     messages = [("system", "You are terse."), ("user", "Name a colour.")]
     templated = tokenizer.apply_chat_template(
-        [{"role": r, "content": c} for r, c in messages], add_generation_prompt=True, tokenize=True, return_dict=False,
+        [{"role": r, "content": c} for r, c in messages],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
         enable_thinking=False,
     )
-    via_chat = client.generate(messages=messages, chat_template_kwargs={"enable_thinking": False}, max_tokens=12, temperature=0.0)
+    via_chat = client.generate(
+        messages=messages, chat_template_kwargs={"enable_thinking": False}, max_tokens=12, temperature=0.0
+    )
     assert via_chat.first.usage.prompt_tokens == len(templated)
     assert via_chat.first.token_ids == greedy(token_ids=templated).first.token_ids
 
@@ -155,7 +170,9 @@ def test_stop_string_and_stop_token_end_the_output(client: InferenceClient) -> N
     assert by_token.token_ids == free.token_ids[: first_hit + 1]
 
     stop_text = free.text[len(free.text) // 2 :][:3]
-    by_text = client.generate(token_ids=PROMPT_IDS, max_tokens=16, temperature=0.0, include_text=True, stop=[stop_text]).first
+    by_text = client.generate(
+        token_ids=PROMPT_IDS, max_tokens=16, temperature=0.0, include_text=True, stop=[stop_text]
+    ).first
     assert by_text.finish_reason == "stop" and by_text.stop_reason == stop_text
     assert by_text.text == free.text[: free.text.index(stop_text)]
 
@@ -163,7 +180,9 @@ def test_stop_string_and_stop_token_end_the_output(client: InferenceClient) -> N
 def test_ignore_eos_and_min_tokens_are_honoured(client: InferenceClient) -> None:
     # Stop on a token the model emits early: min_tokens keeps it from stopping before 6 tokens.
     free = client.generate(token_ids=PROMPT_IDS, max_tokens=8, temperature=0.0).first
-    early = client.generate(token_ids=PROMPT_IDS, max_tokens=8, temperature=0.0, stop_token_ids=[free.token_ids[0]], min_tokens=6).first
+    early = client.generate(
+        token_ids=PROMPT_IDS, max_tokens=8, temperature=0.0, stop_token_ids=[free.token_ids[0]], min_tokens=6
+    ).first
     assert len(early.token_ids) >= 6
     long = client.generate(token_ids=PROMPT_IDS, max_tokens=40, temperature=0.0, ignore_eos=True).first
     assert len(long.token_ids) == 40 and long.finish_reason == "length"
@@ -178,7 +197,17 @@ def test_structured_and_unconstrained_requests_share_a_batch(server) -> None:
             jobs = []
             for i in range(6):
                 constraint = {"choice": ["yes", "no"]} if i % 2 else {"regex": "[a-z]{4,8}"} if i % 3 == 0 else {}
-                jobs.append(aio.generate(token_ids=PROMPT_IDS, max_tokens=24, temperature=1.0, seed=i, include_text=True, ignore_eos=not constraint, **constraint))
+                jobs.append(
+                    aio.generate(
+                        token_ids=PROMPT_IDS,
+                        max_tokens=24,
+                        temperature=1.0,
+                        seed=i,
+                        include_text=True,
+                        ignore_eos=not constraint,
+                        **constraint,
+                    )
+                )
             return await asyncio.gather(*jobs)
 
     results = asyncio.run(scenario())
@@ -201,7 +230,12 @@ def test_a_seeded_output_does_not_depend_on_its_batch(server, client: InferenceC
 
     async def in_a_crowd() -> list[int]:
         async with AsyncInferenceClient(server.target) as aio:
-            crowd = [asyncio.create_task(aio.generate(token_ids=PROMPT_IDS, max_tokens=300, temperature=1.0, ignore_eos=True)) for _ in range(3)]
+            crowd = [
+                asyncio.create_task(
+                    aio.generate(token_ids=PROMPT_IDS, max_tokens=300, temperature=1.0, ignore_eos=True)
+                )
+                for _ in range(3)
+            ]
             await asyncio.sleep(0.5)  # the unseeded crowd is decoding when the seeded request arrives
             result = await aio.generate(**seeded)
             assert not any(task.done() for task in crowd)  # they really shared batches
@@ -233,7 +267,14 @@ def test_token_streams_equal_vllms_own_outputs(server) -> None:
     async def run(final_only: bool) -> list[Generation]:
         async with AsyncInferenceClient(server.target) as aio:
             jobs = (
-                aio.generate(token_ids=PROMPT_IDS, max_tokens=20, temperature=1.0, seed=seed, top_logprobs=k, final_only=final_only)
+                aio.generate(
+                    token_ids=PROMPT_IDS,
+                    max_tokens=20,
+                    temperature=1.0,
+                    seed=seed,
+                    top_logprobs=k,
+                    final_only=final_only,
+                )
                 for seed, k in cases
             )
             return await asyncio.gather(*jobs)
@@ -249,7 +290,9 @@ def test_minus_infinity_is_reported_as_minus_9999(client: InferenceClient) -> No
     # The grammar mask runs before the logprobs are taken: tokens it forbids have logprob -inf.
     for final_only in (False, True):
         # ["yes", "no"] allows about five first tokens ("y", "ye", "yes", "n", "no"); ask for more.
-        output = client.generate(prompt="Answer:", choice=["yes", "no"], top_logprobs=12, temperature=0.0, final_only=final_only).first
+        output = client.generate(
+            prompt="Answer:", choice=["yes", "no"], top_logprobs=12, temperature=0.0, final_only=final_only
+        ).first
         first_position = output.logprobs.top_logprobs[0]
         assert first_position[-1] == -9999.0 and first_position[0] > -9999.0
         assert all(value != float("-inf") for row in output.logprobs.top_logprobs for value in row)

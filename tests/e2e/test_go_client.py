@@ -52,7 +52,9 @@ def json_lines(stdout: str) -> Iterator[dict]:
     return (json.loads(line) for line in stdout.splitlines())
 
 
-def test_streamed_tokens_and_logprobs_equal_the_python_clients(server: ServerProcess, client: InferenceClient, go_example: Path) -> None:
+def test_streamed_tokens_and_logprobs_equal_the_python_clients(
+    server: ServerProcess, client: InferenceClient, go_example: Path
+) -> None:
     ran = run_example(go_example, *chat_args(server, **SAMPLING, top_logprobs=5), "--json")
     assert ran.returncode == 0, ran.stderr
     lines = list(json_lines(ran.stdout))
@@ -71,7 +73,9 @@ def test_streamed_tokens_and_logprobs_equal_the_python_clients(server: ServerPro
     assert len(tokens) == 16 and all(len(t["top_ids"]) == 5 for t in tokens)
 
 
-def test_streamed_text_equals_the_python_clients(server: ServerProcess, client: InferenceClient, go_example: Path) -> None:
+def test_streamed_text_equals_the_python_clients(
+    server: ServerProcess, client: InferenceClient, go_example: Path
+) -> None:
     ran = run_example(go_example, *chat_args(server, **SAMPLING))
     assert ran.returncode == 0, ran.stderr
     expected = client.generate(messages=MESSAGES, **SAMPLING, include_text=True).first
@@ -79,7 +83,9 @@ def test_streamed_text_equals_the_python_clients(server: ServerProcess, client: 
     assert f"[output 0: {expected.finish_reason}, {len(expected.token_ids)} tokens]" in ran.stderr
 
 
-def test_an_invalid_argument_decodes_to_its_field_and_reason(server: ServerProcess, client: InferenceClient, go_example: Path) -> None:
+def test_an_invalid_argument_decodes_to_its_field_and_reason(
+    server: ServerProcess, client: InferenceClient, go_example: Path
+) -> None:
     ran = run_example(go_example, *chat_args(server, max_tokens=4, temperature=-0.5), "--json")
     assert ran.returncode == 1, (ran.stdout, ran.stderr)
     (line,) = json_lines(ran.stdout)
@@ -93,7 +99,11 @@ def test_an_invalid_argument_decodes_to_its_field_and_reason(server: ServerProce
     with pytest.raises(ServerError) as caught:
         client.generate(messages=MESSAGES, max_tokens=4, temperature=-0.5)
     assert caught.value.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert (caught.value.reason, caught.value.field, caught.value.message) == (error["reason"], "sampling.temperature", error["message"])
+    assert (caught.value.reason, caught.value.field, caught.value.message) == (
+        error["reason"],
+        "sampling.temperature",
+        error["message"],
+    )
     assert "INVALID_ARGUMENT" in ran.stderr and "field sampling.temperature" in ran.stderr
 
 
@@ -140,7 +150,8 @@ def python_artifacts(poc: poc_pb2_grpc.PocServiceStub, round_id: str) -> dict[in
         if response.HasField("batch"):
             batch, width = response.batch, 2 * response.batch.k_dim
             by_sequence[batch.sequence] = [
-                (nonce, base64.b64encode(batch.vectors[width * i : width * (i + 1)]).decode()) for i, nonce in enumerate(batch.nonces)
+                (nonce, base64.b64encode(batch.vectors[width * i : width * (i + 1)]).decode())
+                for i, nonce in enumerate(batch.nonces)
             ]
     assert response.end.reason == poc_pb2.SUBSCRIPTION_END_REASON_ROUND_STOPPED
     return by_sequence
@@ -155,7 +166,9 @@ def go_artifacts(stdout: str, round_id: str) -> dict[int, list[tuple[int, str]]]
     return by_sequence
 
 
-def test_subscribe_prints_what_a_python_subscriber_receives(server: ServerProcess, client: InferenceClient, poc, go_example: Path) -> None:
+def test_subscribe_prints_what_a_python_subscriber_receives(
+    server: ServerProcess, client: InferenceClient, poc, go_example: Path
+) -> None:
     started = start_round(poc, client)
     try:
         # The running round, unnamed: the Go client finds it as the server's default.
@@ -178,16 +191,43 @@ def test_subscribe_prints_what_a_python_subscriber_receives(server: ServerProces
     assert len(expected) == stopped.last_sequence
 
     # --json output is a claims file as it stands: the Python CLI validates it, and finds it honest.
-    validate = [sys.executable, "-m", "gonka.mlnode.client", "--target", server.target, "validate-poc", "-", "--json",
-                "--block-hash", ROUND["block_hash"], "--public-key", ROUND["public_key"], "--seq-len", str(SEQ_LEN),
-                "--dist-threshold", "0.2", "--p-mismatch", "0.1", "--p-value-threshold", "0.05"]
-    validated = subprocess.run(validate, input=ran.stdout, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=without_token())
+    validate = [
+        sys.executable,
+        "-m",
+        "gonka.mlnode.client",
+        "--target",
+        server.target,
+        "validate-poc",
+        "-",
+        "--json",
+        "--block-hash",
+        ROUND["block_hash"],
+        "--public-key",
+        ROUND["public_key"],
+        "--seq-len",
+        str(SEQ_LEN),
+        "--dist-threshold",
+        "0.2",
+        "--p-mismatch",
+        "0.1",
+        "--p-value-threshold",
+        "0.05",
+    ]
+    validated = subprocess.run(
+        validate, input=ran.stdout, capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=without_token()
+    )
     assert validated.returncode == 0, validated.stderr
     summary = json.loads(validated.stdout.splitlines()[-1])
-    assert (summary["n_total"], summary["n_mismatch"], summary["fraud_detected"]) == (BATCHES * ROUND["batch_size"], 0, False)
+    assert (summary["n_total"], summary["n_mismatch"], summary["fraud_detected"]) == (
+        BATCHES * ROUND["batch_size"],
+        0,
+        False,
+    )
 
 
-def test_subscribe_resumes_after_a_dropped_connection(server: ServerProcess, client: InferenceClient, poc, go_example: Path) -> None:
+def test_subscribe_resumes_after_a_dropped_connection(
+    server: ServerProcess, client: InferenceClient, poc, go_example: Path
+) -> None:
     # A batch of 8 x 64 takes about 4 ms on the shared server: 1,000 batches keep the round streaming for
     # seconds, so the cut lands before the last one even when the Go process starts late on a loaded machine
     # (50 were all produced within 0.2 s, and a client that arrived later got them in one burst before the cut).
@@ -195,8 +235,19 @@ def test_subscribe_resumes_after_a_dropped_connection(server: ServerProcess, cli
     with TcpProxy(server.port) as proxy:
         started = start_round(poc, client)
         try:
-            args = ["subscribe", "--target", proxy.target, "--json", "--max-batches", str(batches), "--round-id", started.round_id]
-            process = subprocess.Popen([str(go_example), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=without_token())
+            args = [
+                "subscribe",
+                "--target",
+                proxy.target,
+                "--json",
+                "--max-batches",
+                str(batches),
+                "--round-id",
+                started.round_id,
+            ]
+            process = subprocess.Popen(
+                [str(go_example), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=without_token()
+            )
             try:
                 lines, cuts = [], 0
                 for line in process.stdout:
@@ -227,21 +278,41 @@ def test_rounds_are_driven_from_go(server: ServerProcess, client: InferenceClien
         (line,) = json_lines(ran.stdout)
         return line
 
-    flags = ["--block-hash", ROUND["block_hash"], "--public-key", ROUND["public_key"], "--seq-len", str(SEQ_LEN), "--batch-size", "8"]
+    flags = [
+        "--block-hash",
+        ROUND["block_hash"],
+        "--public-key",
+        ROUND["public_key"],
+        "--seq-len",
+        str(SEQ_LEN),
+        "--batch-size",
+        "8",
+    ]
     started = round_command("start", *flags)
     try:
         assert started["state"] == "ROUND_STATE_GENERATING" and len(started["round_id"]) == 32
         parameters = started["parameters"]
         # --model unset: the served model, asked of the server; k_dim unset: the server's default.
         assert parameters["params"] == {"model": client.model_info().served_model_name, "seq_len": SEQ_LEN, "k_dim": 12}
-        assert (parameters["block_hash"], parameters["public_key"], parameters["batch_size"]) == ("go-block", "go-key", 8)
+        assert (parameters["block_hash"], parameters["public_key"], parameters["batch_size"]) == (
+            "go-block",
+            "go-key",
+            8,
+        )
         assert round_command("status")["round_id"] == started["round_id"]
         refused = run_example(go_example, "round", "start", *flags, "--target", server.target)
-        assert refused.returncode == 1 and "ALREADY_EXISTS" in refused.stderr and "reason ROUND_ALREADY_RUNNING" in refused.stderr
+        assert (
+            refused.returncode == 1
+            and "ALREADY_EXISTS" in refused.stderr
+            and "reason ROUND_ALREADY_RUNNING" in refused.stderr
+        )
         stopped = round_command("stop")
     finally:
         stop_round(poc, started["round_id"])
     assert (stopped["round_id"], stopped["state"]) == (started["round_id"], "ROUND_STATE_STOPPED")
-    assert poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest(round_id=started["round_id"])).status.state == poc_pb2.ROUND_STATE_STOPPED
+    assert (
+        poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest(round_id=started["round_id"])).status.state
+        == poc_pb2.ROUND_STATE_STOPPED
+    )
     unknown = run_example(go_example, "round", "stop", "--round-id", "0" * 32, "--target", server.target)
     assert unknown.returncode == 1 and "NOT_FOUND" in unknown.stderr and "reason ROUND_NOT_FOUND" in unknown.stderr

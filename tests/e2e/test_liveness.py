@@ -26,10 +26,14 @@ HUGE_PROMPT_CHARS = 10_000_000
 ENGINE_CALL_TIMEOUT_SECONDS = 1
 ENGINE_STUCK_AFTER_SECONDS = 3
 FLAGS = [
-    "--max-prompt-chars", str(HUGE_PROMPT_CHARS),
-    "--max-request-mb", "64",
-    "--engine-call-timeout", str(ENGINE_CALL_TIMEOUT_SECONDS),
-    "--engine-stuck-after", str(ENGINE_STUCK_AFTER_SECONDS),
+    "--max-prompt-chars",
+    str(HUGE_PROMPT_CHARS),
+    "--max-request-mb",
+    "64",
+    "--engine-call-timeout",
+    str(ENGINE_CALL_TIMEOUT_SECONDS),
+    "--engine-stuck-after",
+    str(ENGINE_STUCK_AFTER_SECONDS),
     *SERVER_LAYER_FLAGS,
 ]
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
@@ -49,7 +53,9 @@ def varied_text(chars: int, seed: int = 5) -> str:
     words = []
     total = 0
     while total < chars:
-        word = "".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) + rng.choice(["", ",", ".", str(rng.randint(0, 999))])
+        word = "".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) + rng.choice(
+            ["", ",", ".", str(rng.randint(0, 999))]
+        )
         words.append(word)
         total += len(word) + 1
     return " ".join(words)[:chars]
@@ -82,7 +88,9 @@ def test_health_and_streams_keep_going_while_a_huge_prompt_is_tokenized(liveness
         health_latencies: list[float] = []
         largest_gap = 0.0
         async with AsyncInferenceClient(liveness_server.target) as aio:
-            stream = aio.stream(token_ids=PROMPT_IDS, max_tokens=8000, ignore_eos=True, temperature=0.0, request_id="beside-huge")
+            stream = aio.stream(
+                token_ids=PROMPT_IDS, max_tokens=8000, ignore_eos=True, temperature=0.0, request_id="beside-huge"
+            )
             await stream.__anext__()
             sender = threading.Thread(target=send_huge_prompt)
             sender.start()
@@ -121,10 +129,14 @@ def wait_for_health(target: str, wanted: int, timeout: float) -> float:
             if health.Check(health_pb2.HealthCheckRequest(service=""), timeout=5).status == wanted:
                 return time.monotonic() - started
             time.sleep(0.1)
-    raise AssertionError(f"health did not turn {health_pb2.HealthCheckResponse.ServingStatus.Name(wanted)} within {timeout} s")
+    raise AssertionError(
+        f"health did not turn {health_pb2.HealthCheckResponse.ServingStatus.Name(wanted)} within {timeout} s"
+    )
 
 
-def test_a_stuck_engine_times_calls_out_and_turns_health_not_serving_until_it_answers(liveness_server: ServerProcess) -> None:
+def test_a_stuck_engine_times_calls_out_and_turns_health_not_serving_until_it_answers(
+    liveness_server: ServerProcess,
+) -> None:
     with InferenceClient(liveness_server.target) as client:
         pid = engine_core_pid(client)
         os.kill(pid, signal.SIGSTOP)  # alive but answering nothing: a stuck engine
@@ -133,10 +145,16 @@ def test_a_stuck_engine_times_calls_out_and_turns_health_not_serving_until_it_an
             with pytest.raises(ServerError) as caught:
                 client.server_status()
             waited = time.monotonic() - asked
-            assert caught.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and caught.value.reason == "ENGINE_CALL_TIMEOUT"
+            assert (
+                caught.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and caught.value.reason == "ENGINE_CALL_TIMEOUT"
+            )
             assert ENGINE_CALL_TIMEOUT_SECONDS <= waited < ENGINE_CALL_TIMEOUT_SECONDS + 4, waited
 
-            wait_for_health(liveness_server.target, health_pb2.HealthCheckResponse.NOT_SERVING, timeout=ENGINE_STUCK_AFTER_SECONDS + 10)
+            wait_for_health(
+                liveness_server.target,
+                health_pb2.HealthCheckResponse.NOT_SERVING,
+                timeout=ENGINE_STUCK_AFTER_SECONDS + 10,
+            )
             status = client.server_status()  # answered at once, without queueing behind the stuck call
             assert "has not answered utility call mlnode_scheduler_state" in status.engine_problem, status
             assert not status.HasField("running_requests")

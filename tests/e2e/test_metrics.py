@@ -52,7 +52,9 @@ class Scrape:
 @pytest.fixture(scope="module")
 def metrics_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[tuple[ServerProcess, str]]:
     metrics_port = free_port()
-    server = start_server(tmp_path_factory.mktemp("metrics") / "server.log", ["--metrics-port", str(metrics_port), *SERVER_LAYER_FLAGS])
+    server = start_server(
+        tmp_path_factory.mktemp("metrics") / "server.log", ["--metrics-port", str(metrics_port), *SERVER_LAYER_FLAGS]
+    )
     yield server, f"http://127.0.0.1:{metrics_port}"
     exit_code = server.stop()
     assert exit_code == 0, f"server exited with {exit_code} on SIGTERM:\n{server.log_tail()}"
@@ -100,7 +102,9 @@ def growth(before: dict[str, float], after: dict[str, float]) -> dict[str, float
 
 
 @pytest.mark.parametrize("path", ["token streams", "vLLM's generate"])
-def test_completed_requests_count_in_vllms_metrics_on_both_paths(client: InferenceClient, endpoint: str, model: str, path: str) -> None:
+def test_completed_requests_count_in_vllms_metrics_on_both_paths(
+    client: InferenceClient, endpoint: str, model: str, path: str
+) -> None:
     # Text-free token-id streams take the token-stream path; asking for text takes vLLM's generate().
     requests = 3
     wants_text = path == "vLLM's generate"
@@ -151,7 +155,10 @@ def test_rpcs_are_counted_by_method_code_and_reason(client: InferenceClient, end
     assert grew("grpc_server_started_total", grpc_type="server_stream", **generate) == 3
     assert grew("grpc_server_handled_total", grpc_code="OK", **generate) == 2
     assert grew("grpc_server_handled_total", grpc_code="INVALID_ARGUMENT", **generate) == 1
-    assert grew("grpc_server_errors_total", grpc_code="INVALID_ARGUMENT", reason="TOKEN_OUT_OF_VOCABULARY", **generate) == 1
+    assert (
+        grew("grpc_server_errors_total", grpc_code="INVALID_ARGUMENT", reason="TOKEN_OUT_OF_VOCABULARY", **generate)
+        == 1
+    )
     assert grew("grpc_server_errors_total", **generate) == 1
     assert grew("grpc_server_handling_seconds_count", **generate) == 3
     # The refused call sent no message.
@@ -160,13 +167,18 @@ def test_rpcs_are_counted_by_method_code_and_reason(client: InferenceClient, end
     assert grew("grpc_server_handled_total", grpc_type="unary", grpc_method="GetModelInfo", grpc_code="OK") == 1
 
 
-def test_a_poc_round_shows_rounds_nonces_and_its_rate(metrics_server: tuple[ServerProcess, str], endpoint: str, model: str) -> None:
+def test_a_poc_round_shows_rounds_nonces_and_its_rate(
+    metrics_server: tuple[ServerProcess, str], endpoint: str, model: str
+) -> None:
     server, _ = metrics_server
     before = scrape(endpoint)
     with grpc.insecure_channel(server.target) as channel:
         poc = poc_pb2_grpc.PocServiceStub(channel)
         request = poc_pb2.StartRoundRequest(
-            params=poc_pb2.PocParams(model=model, seq_len=64), batch_size=8, block_hash="metrics-block", public_key="metrics-key"
+            params=poc_pb2.PocParams(model=model, seq_len=64),
+            batch_size=8,
+            block_hash="metrics-block",
+            public_key="metrics-key",
         )
         poc.StartRound(request)
         try:
@@ -183,22 +195,33 @@ def test_a_poc_round_shows_rounds_nonces_and_its_rate(metrics_server: tuple[Serv
     assert after.value("mlnode_poc_nonces_total") - before.value("mlnode_poc_nonces_total") == stopped.nonces_produced
     assert after.value("mlnode_poc_rounds_started_total") - before.value("mlnode_poc_rounds_started_total") == 1
     ended = {"outcome": "stopped"}
-    assert after.value("mlnode_poc_rounds_ended_total", **ended) - before.value("mlnode_poc_rounds_ended_total", **ended) == 1
+    assert (
+        after.value("mlnode_poc_rounds_ended_total", **ended) - before.value("mlnode_poc_rounds_ended_total", **ended)
+        == 1
+    )
     assert (after.value("mlnode_poc_round_running"), after.value("mlnode_poc_nonces_per_second")) == (0, 0)
     for method in ("StartRound", "StopRound"):
         handled = {"grpc_service": POC, "grpc_method": method, "grpc_code": "OK"}
-        assert after.value("grpc_server_handled_total", **handled) - before.value("grpc_server_handled_total", **handled) == 1
+        assert (
+            after.value("grpc_server_handled_total", **handled) - before.value("grpc_server_handled_total", **handled)
+            == 1
+        )
 
 
-def test_a_callback_the_receiver_rejects_is_given_up_and_counted(metrics_server: tuple[ServerProcess, str], endpoint: str, model: str) -> None:
+def test_a_callback_the_receiver_rejects_is_given_up_and_counted(
+    metrics_server: tuple[ServerProcess, str], endpoint: str, model: str
+) -> None:
     server, _ = metrics_server
     rejected = {"reason": "rejected"}
     before = scrape(endpoint)
     with HttpReceiver(fail_first=10**9, fail_status=400) as receiver, grpc.insecure_channel(server.target) as channel:
         poc = poc_pb2_grpc.PocServiceStub(channel)
         request = poc_pb2.StartRoundRequest(
-            params=poc_pb2.PocParams(model=model, seq_len=64), batch_size=8, block_hash="metrics-block",
-            public_key="metrics-key", callback_url=receiver.url,
+            params=poc_pb2.PocParams(model=model, seq_len=64),
+            batch_size=8,
+            block_hash="metrics-block",
+            public_key="metrics-key",
+            callback_url=receiver.url,
         )
         poc.StartRound(request)
         try:
@@ -210,10 +233,18 @@ def test_a_callback_the_receiver_rejects_is_given_up_and_counted(metrics_server:
             assert time.monotonic() < deadline, "the round's callbacks were never settled"
             time.sleep(0.1)
     given_up = after.value("mlnode_poc_callback_artifacts_given_up_total", **rejected)
-    assert given_up - before.value("mlnode_poc_callback_artifacts_given_up_total", **rejected) == stopped.nonces_produced
-    assert after.value("mlnode_poc_callback_entries_given_up_total", **rejected) > before.value("mlnode_poc_callback_entries_given_up_total", **rejected)
-    assert after.value("mlnode_poc_callback_entries_delivered_total") == before.value("mlnode_poc_callback_entries_delivered_total")
-    assert after.value("mlnode_poc_callback_failed_attempts_total") > before.value("mlnode_poc_callback_failed_attempts_total")
+    assert (
+        given_up - before.value("mlnode_poc_callback_artifacts_given_up_total", **rejected) == stopped.nonces_produced
+    )
+    assert after.value("mlnode_poc_callback_entries_given_up_total", **rejected) > before.value(
+        "mlnode_poc_callback_entries_given_up_total", **rejected
+    )
+    assert after.value("mlnode_poc_callback_entries_delivered_total") == before.value(
+        "mlnode_poc_callback_entries_delivered_total"
+    )
+    assert after.value("mlnode_poc_callback_failed_attempts_total") > before.value(
+        "mlnode_poc_callback_failed_attempts_total"
+    )
     assert "given up (rejected)" in server.log_path.read_text()
 
 

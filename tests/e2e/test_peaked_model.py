@@ -31,7 +31,9 @@ def peaked_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
     model = REPO_ROOT / PEAKED_MODEL_DIR
     if not (model / "build_info.json").is_file():
         pytest.fail(f"the peaked model is not built at {model}: run `make test` (it builds it)")
-    process = start_server(tmp_path_factory.mktemp("peaked") / "server.log", ["--model", str(model), *SERVER_LAYER_FLAGS])
+    process = start_server(
+        tmp_path_factory.mktemp("peaked") / "server.log", ["--model", str(model), *SERVER_LAYER_FLAGS]
+    )
     yield process
     assert process.stop() == 0, process.log_tail()
 
@@ -41,8 +43,16 @@ def run_all(server: ServerProcess, mode: str) -> dict[str, list[Generation]]:
         async with AsyncInferenceClient(server.target) as aio:
             jobs = {
                 name: [
-                    aio.generate(token_ids=[1000 + 37 * index, 2000 + index, 11], max_tokens=TOKENS, ignore_eos=True, seed=index,
-                                 top_logprobs=5, logprobs_mode=mode, chain_top_logprobs=True, **options)
+                    aio.generate(
+                        token_ids=[1000 + 37 * index, 2000 + index, 11],
+                        max_tokens=TOKENS,
+                        ignore_eos=True,
+                        seed=index,
+                        top_logprobs=5,
+                        logprobs_mode=mode,
+                        chain_top_logprobs=True,
+                        **options,
+                    )
                     for index in range(REQUESTS_PER_CONFIGURATION)
                 ]
                 for name, options in CONFIGURATIONS.items()
@@ -54,8 +64,26 @@ def run_all(server: ServerProcess, mode: str) -> dict[str, list[Generation]]:
 
 def test_processed_lists_are_padded_with_the_lowest_ids_where_top_p_cuts(peaked_server: ServerProcess) -> None:
     with InferenceClient(peaked_server.target) as client:
-        processed = client.generate(token_ids=[1000, 2000, 11], max_tokens=40, ignore_eos=True, temperature=1.0, top_p=0.9, seed=3, top_logprobs=5, logprobs_mode="processed").first
-        raw = client.generate(token_ids=[1000, 2000, 11], max_tokens=40, ignore_eos=True, temperature=1.0, top_p=0.9, seed=3, top_logprobs=5, logprobs_mode="raw").first
+        processed = client.generate(
+            token_ids=[1000, 2000, 11],
+            max_tokens=40,
+            ignore_eos=True,
+            temperature=1.0,
+            top_p=0.9,
+            seed=3,
+            top_logprobs=5,
+            logprobs_mode="processed",
+        ).first
+        raw = client.generate(
+            token_ids=[1000, 2000, 11],
+            max_tokens=40,
+            ignore_eos=True,
+            temperature=1.0,
+            top_p=0.9,
+            seed=3,
+            top_logprobs=5,
+            logprobs_mode="raw",
+        ).first
     assert processed.token_ids == raw.token_ids  # the mode changes what is reported, not what is sampled
     padded_positions = 0
     for ids, values in zip(processed.logprobs.top_ids, processed.logprobs.top_logprobs):
@@ -71,11 +99,24 @@ def test_processed_lists_are_padded_with_the_lowest_ids_where_top_p_cuts(peaked_
 @pytest.mark.parametrize("mode", ["raw", "processed"])
 def test_replays_on_the_peaked_model_reproduce_their_output(peaked_server: ServerProcess, mode: str) -> None:
     with InferenceClient(peaked_server.target) as client:
-        request = dict(token_ids=[1000, 2000, 11], max_tokens=32, ignore_eos=True, temperature=1.0, top_p=0.9, seed=4, top_logprobs=5, logprobs_mode=mode, chain_top_logprobs=True)
+        request = dict(
+            token_ids=[1000, 2000, 11],
+            max_tokens=32,
+            ignore_eos=True,
+            temperature=1.0,
+            top_p=0.9,
+            seed=4,
+            top_logprobs=5,
+            logprobs_mode=mode,
+            chain_top_logprobs=True,
+        )
         original = client.generate(**request).first
         replay = client.generate(**request, enforced_token_ids=original.token_ids).first
     assert replay.token_ids == original.token_ids
-    distance = sequence_distance(list(zip(original.token_ids, original.logprobs.chain_top)), list(zip(replay.token_ids, replay.logprobs.chain_top)))
+    distance = sequence_distance(
+        list(zip(original.token_ids, original.logprobs.chain_top)),
+        list(zip(replay.token_ids, replay.logprobs.chain_top)),
+    )
     assert 0 <= distance < 0.001
 
 
@@ -104,5 +145,8 @@ def test_the_mode_detector_on_the_servers_own_lists(peaked_server: ServerProcess
     assert correct["raw"] == len(CONFIGURATIONS) * REQUESTS_PER_CONFIGURATION
     # Where top-p cuts, the padding gives processed lists away (8 of 9 here: one request's lists kept
     # enough survivors that its padding stayed under the detector's 10 % of ids).
-    top_p_hits = sum(detect_logprobs_mode(g.first.logprobs.chain_top) == LogprobsMode.PROCESSED for g in produced["processed"]["top_p 0.9"])
+    top_p_hits = sum(
+        detect_logprobs_mode(g.first.logprobs.chain_top) == LogprobsMode.PROCESSED
+        for g in produced["processed"]["top_p 0.9"]
+    )
     assert top_p_hits >= REQUESTS_PER_CONFIGURATION - 2

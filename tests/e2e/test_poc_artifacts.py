@@ -29,7 +29,14 @@ from google.rpc import error_details_pb2
 from grpc_status import rpc_status
 
 from gonka.mlnode.client import InferenceClient
-from gonka.mlnode.v1 import inference_pb2, inference_pb2_grpc, poc_pb2, poc_pb2_grpc, validation_pb2, validation_pb2_grpc
+from gonka.mlnode.v1 import (
+    inference_pb2,
+    inference_pb2_grpc,
+    poc_pb2,
+    poc_pb2_grpc,
+    validation_pb2,
+    validation_pb2_grpc,
+)
 from tests.support.poc_reference import (
     RPC_TIMEOUT,
     HfPocReference,
@@ -70,7 +77,9 @@ NONCES = [0, 1, 2, 17, 1000, -7, 2147483647, -2147483648]
 @pytest.fixture(scope="module")
 def model_info(server: ServerProcess) -> inference_pb2.GetModelInfoResponse:
     with grpc.insecure_channel(server.target) as channel:
-        return inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=30)
+        return inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(
+            inference_pb2.GetModelInfoRequest(), timeout=30
+        )
 
 
 @pytest.fixture(scope="module")
@@ -95,13 +104,17 @@ def poc(server: ServerProcess) -> Iterator[poc_pb2_grpc.PocServiceStub]:
         channel.close()
 
 
-def compute_request(model: str, nonces: list[int], seq_len: int = 64, **options: object) -> poc_pb2.ComputeArtifactsRequest:
+def compute_request(
+    model: str, nonces: list[int], seq_len: int = 64, **options: object
+) -> poc_pb2.ComputeArtifactsRequest:
     """This round's request: options as artifacts_request's (k, stronger_rng, batch_size, block_hash, public_key)."""
     options = {"block_hash": BLOCK_HASH, "public_key": PUBLIC_KEY, "k": K, **options}
     return artifacts_request(model, nonces, seq_len, **options)
 
 
-def one_batch(stub: poc_pb2_grpc.PocServiceStub, model: str, nonces: list[int], seq_len: int, **options: object) -> list[tuple[int, np.ndarray]]:
+def one_batch(
+    stub: poc_pb2_grpc.PocServiceStub, model: str, nonces: list[int], seq_len: int, **options: object
+) -> list[tuple[int, np.ndarray]]:
     """The vectors of `nonces` from exactly ONE forward of exactly that batch."""
     return one_forward(stub, compute_request(model, nonces, seq_len, batch_size=len(nonces), **options))
 
@@ -120,9 +133,13 @@ def test_artifacts_equal_the_transformers_reference(
         assert vector.dtype == np.float16 and np.all(np.isfinite(vector))
         # Section 5 step 6: the vector is unit length before the fp16 rounding.
         assert abs(float(np.linalg.norm(vector.astype(np.float32))) - 1.0) < 2e-3
-        distances[nonce] = l2_distance(vector, reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, seq_len, K, stronger_rng))
+        distances[nonce] = l2_distance(
+            vector, reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, seq_len, K, stronger_rng)
+        )
     mean = float(np.mean(list(distances.values())))
-    print(f"seq_len {seq_len} stronger_rng {stronger_rng}: L2 to the HF reference max {max(distances.values()):.6f} mean {mean:.6f}")
+    print(
+        f"seq_len {seq_len} stronger_rng {stronger_rng}: L2 to the HF reference max {max(distances.values()):.6f} mean {mean:.6f}"
+    )
     assert max(distances.values()) <= TOLERANCE, distances
     assert mean <= MEAN_TOLERANCE, distances
 
@@ -149,7 +166,10 @@ def test_the_tolerance_tells_a_forward_without_reflections_apart(
     """Negative control: if the engine skipped the per-layer reflection, the agreement test above would fail
     for every nonce (otherwise that test could not catch a missing reflection)."""
     rows = one_batch(poc, model_name, NONCES, 64)
-    plain = [l2_distance(vector, reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, 64, K, reflect_layers=False)) for nonce, vector in rows]
+    plain = [
+        l2_distance(vector, reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, 64, K, reflect_layers=False))
+        for nonce, vector in rows
+    ]
     print(f"engine vs the unreflected reference: min L2 {min(plain):.4f}")
     assert min(plain) > TOLERANCE, plain
 
@@ -173,7 +193,9 @@ def test_the_block_hash_and_public_key_change_every_vector(poc: poc_pb2_grpc.Poc
 # --- batch invariance ------------------------------------------------------------------------------------
 
 
-def test_the_same_nonce_twice_in_one_request_is_bitwise_identical(poc: poc_pb2_grpc.PocServiceStub, model_name: str) -> None:
+def test_the_same_nonce_twice_in_one_request_is_bitwise_identical(
+    poc: poc_pb2_grpc.PocServiceStub, model_name: str
+) -> None:
     nonces = [11, 5, 11, 900, 11, 5]
     rows = one_batch(poc, model_name, nonces, 64)
     by_nonce: dict[int, list[np.ndarray]] = {}
@@ -189,7 +211,17 @@ TARGET = 4242
 # (seq_len, batch, position of TARGET): batches of 1, 7 and 32 at different positions, the first position
 # included (the aliasing bug of spec section 3 hit the first sequences of every batch). B x S stays within the
 # shared server's per-step budget (MAX_TOKENS_PER_STEP = 2048 tokens): 32 x 64 fills it exactly.
-PLACEMENTS = [(64, 1, 0), (64, 7, 0), (64, 7, 3), (64, 32, 0), (64, 32, 17), (64, 32, 31), (256, 1, 0), (256, 7, 6), (256, 8, 0)]
+PLACEMENTS = [
+    (64, 1, 0),
+    (64, 7, 0),
+    (64, 7, 3),
+    (64, 32, 0),
+    (64, 32, 17),
+    (64, 32, 31),
+    (256, 1, 0),
+    (256, 7, 6),
+    (256, 8, 0),
+]
 
 
 def batch_with_target(size: int, position: int) -> list[int]:
@@ -221,8 +253,10 @@ def test_a_nonce_does_not_depend_on_its_batch(
     distances = {placement: l2_distance(vector, alone) for placement, vector in vectors.items()}
     bitwise = all(vector.tobytes() == alone.tobytes() for vector in vectors.values())
     to_reference = l2_distance(alone, reference.vector(BLOCK_HASH, PUBLIC_KEY, TARGET, seq_len, K))
-    print(f"seq_len {seq_len}: max L2 across batches {max(distances.values()):.6f}, bitwise identical: {bitwise}, "
-          f"L2 to the HF reference {to_reference:.6f}")
+    print(
+        f"seq_len {seq_len}: max L2 across batches {max(distances.values()):.6f}, bitwise identical: {bitwise}, "
+        f"L2 to the HF reference {to_reference:.6f}"
+    )
     assert max(distances.values()) <= TOLERANCE, distances
     assert to_reference <= TOLERANCE
     if EXACT_BATCH_INVARIANCE:
@@ -256,7 +290,9 @@ def test_a_mining_rounds_artifacts_equal_compute_artifacts_of_its_nonces(
     poc: poc_pb2_grpc.PocServiceStub, model_name: str, reference: HfPocReference, stronger_rng: bool
 ) -> None:
     placement = Placement()
-    started = poc.StartRound(round_request(model_name, placement, stronger_rng=stronger_rng), timeout=RPC_TIMEOUT).status
+    started = poc.StartRound(
+        round_request(model_name, placement, stronger_rng=stronger_rng), timeout=RPC_TIMEOUT
+    ).status
     try:
         assert started.state == poc_pb2.ROUND_STATE_GENERATING
         live = subscribe(poc, started.round_id, stop_after_batches=MINED_BATCHES)
@@ -275,8 +311,13 @@ def test_a_mining_rounds_artifacts_equal_compute_artifacts_of_its_nonces(
     # a difference would mean the prefetched inputs are not the batch's.
     for batch in live.batches:
         again = one_batch(poc, model_name, list(batch.nonces), 64, stronger_rng=stronger_rng)
-        assert batch.vectors == b"".join(vector.astype("<f2").tobytes() for _, vector in again), f"batch {batch.sequence}"
-    distances = [l2_distance(vector, reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, 64, K, stronger_rng)) for nonce, vector in mined]
+        assert batch.vectors == b"".join(vector.astype("<f2").tobytes() for _, vector in again), (
+            f"batch {batch.sequence}"
+        )
+    distances = [
+        l2_distance(vector, reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, 64, K, stronger_rng))
+        for nonce, vector in mined
+    ]
     print(f"mining round, stronger_rng {stronger_rng}: max L2 to the HF reference {max(distances):.6f}")
     assert max(distances) <= TOLERANCE, distances
 
@@ -285,7 +326,9 @@ def test_a_mining_rounds_artifacts_equal_compute_artifacts_of_its_nonces(
     assert replay.end is not None and replay.end.reason == poc_pb2.SUBSCRIPTION_END_REASON_ROUND_STOPPED
     assert replay.end.last_sequence == stopped.last_sequence == len(replay.batches) >= MINED_BATCHES
     assert [batch.vectors for batch in replay.batches[:MINED_BATCHES]] == [batch.vectors for batch in live.batches]
-    assert [nonce for nonce, _ in rows_of(replay.batches, K)] == [placement.nonce(x) for x in range(8 * len(replay.batches))]
+    assert [nonce for nonce, _ in rows_of(replay.batches, K)] == [
+        placement.nonce(x) for x in range(8 * len(replay.batches))
+    ]
     assert stopped.nonces_produced == 8 * len(replay.batches)
 
 
@@ -318,7 +361,9 @@ def refused(call: Callable[..., object], *args: object, **kwargs: object) -> Ref
     """Calls a stub method expecting a refusal; for a stream, the status arrives while reading it."""
     with pytest.raises(grpc.RpcError) as caught:
         result = call(*args, timeout=RPC_TIMEOUT, **kwargs)
-        if not isinstance(result, poc_pb2.StartRoundResponse | poc_pb2.StopRoundResponse | poc_pb2.GetRoundStatusResponse):
+        if not isinstance(
+            result, poc_pb2.StartRoundResponse | poc_pb2.StopRoundResponse | poc_pb2.GetRoundStatusResponse
+        ):
             list(result)  # a stream: the status comes at its end
     return refusal_of(caught.value)
 
@@ -330,14 +375,29 @@ def bad_params(max_context: int) -> dict[str, tuple[dict[str, object], grpc.Stat
     """Case -> (overrides of a valid request, code, reason, field), for both StartRound and ComputeArtifacts."""
     over_budget = MAX_TOKENS_PER_STEP // 64 + 1
     return {
-        "another model": (dict(model="Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"), grpc.StatusCode.FAILED_PRECONDITION, "MODEL_MISMATCH", "params.model"),
+        "another model": (
+            dict(model="Qwen/Qwen3-235B-A22B-Instruct-2507-FP8"),
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "MODEL_MISMATCH",
+            "params.model",
+        ),
         "seq_len 0": (dict(seq_len=0), INVALID, "INVALID_FIELD", "params.seq_len"),
         "seq_len negative": (dict(seq_len=-64), INVALID, "INVALID_FIELD", "params.seq_len"),
-        "seq_len beyond the context": (dict(seq_len=max_context + 1, batch_size=1), INVALID, "INVALID_FIELD", "params.seq_len"),
+        "seq_len beyond the context": (
+            dict(seq_len=max_context + 1, batch_size=1),
+            INVALID,
+            "INVALID_FIELD",
+            "params.seq_len",
+        ),
         "k_dim 1": (dict(k=1), INVALID, "INVALID_FIELD", "params.k_dim"),
         "k_dim above hidden": (dict(k=129), INVALID, "INVALID_FIELD", "params.k_dim"),
         "batch_size 0": (dict(batch_size=0), INVALID, "INVALID_FIELD", "batch_size"),
-        "batch x seq_len beyond max_num_batched_tokens": (dict(batch_size=over_budget), INVALID, "INVALID_FIELD", "batch_size"),
+        "batch x seq_len beyond max_num_batched_tokens": (
+            dict(batch_size=over_budget),
+            INVALID,
+            "INVALID_FIELD",
+            "batch_size",
+        ),
         # 1,024 one-token nonces fit the step's token budget, not its sequences (vLLM's default max_num_seqs on a CPU: 256 at most).
         "batch_size beyond max_num_seqs": (dict(batch_size=1024, seq_len=1), INVALID, "INVALID_FIELD", "batch_size"),
         "no block hash": (dict(block_hash=""), INVALID, "INVALID_FIELD", "block_hash"),
@@ -390,12 +450,16 @@ def test_bad_round_parameters_are_refused_naming_the_field_and_start_nothing(
     [([], "empty"), ([1, 2**31], "above int32"), ([-(2**31) - 1], "below int32")],
     ids=["empty", "above-int32", "below-int32"],
 )
-def test_bad_nonce_lists_are_refused(poc: poc_pb2_grpc.PocServiceStub, model_name: str, nonces: list[int], why: str) -> None:
+def test_bad_nonce_lists_are_refused(
+    poc: poc_pb2_grpc.PocServiceStub, model_name: str, nonces: list[int], why: str
+) -> None:
     refusal = refused(poc.ComputeArtifacts, compute_request(model_name, nonces))
     assert (refusal.code, refusal.reason, refusal.field) == (INVALID, "INVALID_FIELD", "nonces"), (why, refusal)
 
 
-def test_a_second_round_is_refused_with_the_running_rounds_identity(poc: poc_pb2_grpc.PocServiceStub, model_name: str) -> None:
+def test_a_second_round_is_refused_with_the_running_rounds_identity(
+    poc: poc_pb2_grpc.PocServiceStub, model_name: str
+) -> None:
     first = round_request(model_name, Placement(node_id=1, node_count=2, group_id=0, group_count=1), block_height=77)
     started = poc.StartRound(first, timeout=RPC_TIMEOUT).status
     try:
@@ -403,7 +467,10 @@ def test_a_second_round_is_refused_with_the_running_rounds_identity(poc: poc_pb2
         for second in (round_request(model_name, block_hash="another-block", block_height=78), first):
             refusal = refused(poc.StartRound, second)
             assert (refusal.code, refusal.reason) == (grpc.StatusCode.ALREADY_EXISTS, "ROUND_ALREADY_RUNNING"), refusal
-            identity = {key: refusal.metadata.get(key) for key in ("round_id", "block_hash", "block_height", "public_key", "node_id", "group_id")}
+            identity = {
+                key: refusal.metadata.get(key)
+                for key in ("round_id", "block_hash", "block_height", "public_key", "node_id", "group_id")
+            }
             assert identity == {
                 "round_id": started.round_id,
                 "block_hash": BLOCK_HASH,
@@ -427,12 +494,21 @@ def test_an_unknown_round_id_is_not_found(poc: poc_pb2_grpc.PocServiceStub) -> N
         (poc.SubscribeArtifacts, poc_pb2.SubscribeArtifactsRequest(round_id=unknown)),
     ):
         refusal = refused(call, request)
-        assert (refusal.code, refusal.reason, refusal.field) == (grpc.StatusCode.NOT_FOUND, "ROUND_NOT_FOUND", "round_id"), (call, refusal)
+        assert (refusal.code, refusal.reason, refusal.field) == (
+            grpc.StatusCode.NOT_FOUND,
+            "ROUND_NOT_FOUND",
+            "round_id",
+        ), (call, refusal)
 
 
 # Accepted by StartRound and ValidatePocArtifacts before (the last one forged a log line per failed POST).
-MALFORMED_CALLBACK_URLS = ["http://", "http:///generated", "http://[::1", "http://127.0.0.1:99999",
-                           "http://127.0.0.1:9100/v2/poc-batches/m\nINFO [server.poc] forged log line"]
+MALFORMED_CALLBACK_URLS = [
+    "http://",
+    "http:///generated",
+    "http://[::1",
+    "http://127.0.0.1:99999",
+    "http://127.0.0.1:9100/v2/poc-batches/m\nINFO [server.poc] forged log line",
+]
 
 
 @pytest.mark.parametrize("url", MALFORMED_CALLBACK_URLS)
@@ -443,20 +519,27 @@ def test_a_malformed_callback_url_is_refused_naming_the_field(
     assert (refusal.code, refusal.reason, refusal.field) == (INVALID, "INVALID_FIELD", "callback_url"), refusal
     assert running_round_id(poc) is None
     request = validation_pb2.ValidatePocArtifactsRequest(
-        block_hash=BLOCK_HASH, public_key=PUBLIC_KEY, params=poc_pb2.PocParams(model=model_name, seq_len=64),
-        artifacts=[validation_pb2.ClaimedArtifact(nonce=1, vector_b64="")], callback_url=url,
+        block_hash=BLOCK_HASH,
+        public_key=PUBLIC_KEY,
+        params=poc_pb2.PocParams(model=model_name, seq_len=64),
+        artifacts=[validation_pb2.ClaimedArtifact(nonce=1, vector_b64="")],
+        callback_url=url,
         stat_test=validation_pb2.PocStatTest(dist_threshold=0.2, p_mismatch=0.1, p_value_threshold=0.05),
     )
     with grpc.insecure_channel(server.target) as channel:
         with pytest.raises(grpc.RpcError) as caught:
             list(validation_pb2_grpc.ValidationServiceStub(channel).ValidatePocArtifacts(request, timeout=RPC_TIMEOUT))
     validation = refusal_of(caught.value)
-    assert (validation.code, validation.reason, validation.field) == (INVALID, "INVALID_FIELD", "callback_url"), validation
+    assert (validation.code, validation.reason, validation.field) == (INVALID, "INVALID_FIELD", "callback_url"), (
+        validation
+    )
     assert "\n" not in caught.value.details()  # quoted with its escapes
 
 
 @pytest.mark.parametrize("length", [4_000, 1_000_000], ids=["4kB", "1MB"])
-def test_an_unknown_id_of_any_length_is_not_found_and_echoed_cut(server: ServerProcess, poc: poc_pb2_grpc.PocServiceStub, length: int) -> None:
+def test_an_unknown_id_of_any_length_is_not_found_and_echoed_cut(
+    server: ServerProcess, poc: poc_pb2_grpc.PocServiceStub, length: int
+) -> None:
     """A 4 kB id echoed whole overflowed the client's 8 KiB trailer limit: RESOURCE_EXHAUSTED, not NOT_FOUND."""
     unknown = "r" * length
     for call, request in (
@@ -469,18 +552,31 @@ def test_an_unknown_id_of_any_length_is_not_found_and_echoed_cut(server: ServerP
             if not isinstance(result, poc_pb2.StopRoundResponse | poc_pb2.GetRoundStatusResponse):
                 list(result)
         refusal = refusal_of(caught.value)
-        assert (refusal.code, refusal.reason, refusal.field) == (grpc.StatusCode.NOT_FOUND, "ROUND_NOT_FOUND", "round_id"), (call, refusal)
+        assert (refusal.code, refusal.reason, refusal.field) == (
+            grpc.StatusCode.NOT_FOUND,
+            "ROUND_NOT_FOUND",
+            "round_id",
+        ), (call, refusal)
         assert f"(cut: {length} characters)" in caught.value.details()
     with grpc.insecure_channel(server.target) as channel:
         with pytest.raises(grpc.RpcError) as caught:
-            inference_pb2_grpc.InferenceServiceStub(channel).Abort(inference_pb2.AbortRequest(request_id=unknown), timeout=RPC_TIMEOUT)
+            inference_pb2_grpc.InferenceServiceStub(channel).Abort(
+                inference_pb2.AbortRequest(request_id=unknown), timeout=RPC_TIMEOUT
+            )
     refusal = refusal_of(caught.value)
-    assert (refusal.code, refusal.reason, refusal.field) == (grpc.StatusCode.NOT_FOUND, "REQUEST_NOT_FOUND", "request_id"), refusal
+    assert (refusal.code, refusal.reason, refusal.field) == (
+        grpc.StatusCode.NOT_FOUND,
+        "REQUEST_NOT_FOUND",
+        "request_id",
+    ), refusal
     assert f"(cut: {length} characters)" in caught.value.details()
 
 
 def test_the_server_serves_normally_after_bad_poc_input(
-    poc: poc_pb2_grpc.PocServiceStub, model_name: str, model_info: inference_pb2.GetModelInfoResponse, client: InferenceClient
+    poc: poc_pb2_grpc.PocServiceStub,
+    model_name: str,
+    model_info: inference_pb2.GetModelInfoResponse,
+    client: InferenceClient,
 ) -> None:
     for overrides, *_ in bad_params(model_info.max_context_length).values():
         refused(poc.ComputeArtifacts, bad_compute_request(model_name, overrides))

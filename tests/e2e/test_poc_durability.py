@@ -24,7 +24,14 @@ from server.poc.options import default_callback_store
 from server.poc.store_lock import StoreLock
 from server.poc.validated import validated_url
 from tests.support.http_receiver import HttpReceiver
-from tests.support.server_process import REPO_ROOT, SERVER_LAYER_FLAGS, ServerProcess, engine_environment, free_port, start_server
+from tests.support.server_process import (
+    REPO_ROOT,
+    SERVER_LAYER_FLAGS,
+    ServerProcess,
+    engine_environment,
+    free_port,
+    start_server,
+)
 
 K = 12
 FLAGS = ["--poc-callback-interval-s", "0.5", "--poc-callback-flush-s", "1", *SERVER_LAYER_FLAGS]
@@ -57,17 +64,25 @@ def mine_until_seen_then_kill(server: ServerProcess, public_key: str, callback_u
     SEEN_BEFORE_KILL artifacts were read; returns every artifact the subscriber saw (nonce -> vector_b64)."""
     seen: dict[int, str] = {}
     with grpc.insecure_channel(server.target) as channel:
-        model = inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(pb.GetModelInfoRequest()).served_model_name
+        model = (
+            inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(pb.GetModelInfoRequest()).served_model_name
+        )
         poc = poc_pb2_grpc.PocServiceStub(channel)
         started = poc.StartRound(
             poc_pb2.StartRoundRequest(
-                block_hash="kill-block", block_height=5, public_key=public_key,
-                params=poc_pb2.PocParams(model=model, seq_len=64), batch_size=8, callback_url=callback_url,
+                block_hash="kill-block",
+                block_height=5,
+                public_key=public_key,
+                params=poc_pb2.PocParams(model=model, seq_len=64),
+                batch_size=8,
+                callback_url=callback_url,
             ),
             timeout=60,
         ).status
         try:
-            for message in poc.SubscribeArtifacts(poc_pb2.SubscribeArtifactsRequest(round_id=started.round_id), timeout=120):
+            for message in poc.SubscribeArtifacts(
+                poc_pb2.SubscribeArtifactsRequest(round_id=started.round_id), timeout=120
+            ):
                 assert not message.HasField("lost") and not message.HasField("end"), message
                 batch = message.batch
                 for index, nonce in enumerate(batch.nonces):
@@ -89,23 +104,41 @@ def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
     return condition()
 
 
-def test_sigkill_mid_round_loses_nothing_a_subscriber_saw_and_two_servers_keep_to_their_own_stores(tmp_path: Path) -> None:
+def test_sigkill_mid_round_loses_nothing_a_subscriber_saw_and_two_servers_keep_to_their_own_stores(
+    tmp_path: Path,
+) -> None:
     receiver_port = free_port()  # nothing listens there while the rounds run
     callback_url = f"http://127.0.0.1:{receiver_port}"
     ports = {"first": free_port(), "second": free_port()}
     with ThreadPoolExecutor(2) as pool:  # two servers on one host, started side by side
-        servers = dict(zip(ports, pool.map(lambda name: start_server(tmp_path / f"{name}.log", FLAGS, port=ports[name]), ports)))
+        servers = dict(
+            zip(ports, pool.map(lambda name: start_server(tmp_path / f"{name}.log", FLAGS, port=ports[name]), ports))
+        )
     restarted: list[ServerProcess] = []
     try:
         # A third server pointed at a store in use is refused before it loads anything.
         third = subprocess.run(
-            [sys.executable, "-m", "server", "--port", str(free_port()), "--callback-store", str(store_of(ports["second"]))],
-            cwd=REPO_ROOT, env=engine_environment(), capture_output=True, text=True, timeout=60,
+            [
+                sys.executable,
+                "-m",
+                "server",
+                "--port",
+                str(free_port()),
+                "--callback-store",
+                str(store_of(ports["second"])),
+            ],
+            cwd=REPO_ROOT,
+            env=engine_environment(),
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         assert third.returncode == 2 and "in use by another server" in third.stderr, third.stderr
 
         with ThreadPoolExecutor(2) as pool:
-            seen = dict(zip(ports, pool.map(lambda name: mine_until_seen_then_kill(servers[name], name, callback_url), ports)))
+            seen = dict(
+                zip(ports, pool.map(lambda name: mine_until_seen_then_kill(servers[name], name, callback_url), ports))
+            )
         for name in ports:
             assert servers[name].process.returncode == -signal.SIGKILL
             assert len(seen[name]) >= SEEN_BEFORE_KILL
@@ -114,9 +147,9 @@ def test_sigkill_mid_round_loses_nothing_a_subscriber_saw_and_two_servers_keep_t
         with HttpReceiver(port=receiver_port) as receiver:
             # Only the second server comes back: it delivers its own entries, and never the first one's.
             restarted.append(start_server(tmp_path / "second-again.log", FLAGS, port=ports["second"]))
-            assert wait_for(lambda: seen["second"].items() <= delivered(receiver, "second").items(), DELIVERY_TIMEOUT), (
-                restarted[-1].log_tail()
-            )
+            assert wait_for(
+                lambda: seen["second"].items() <= delivered(receiver, "second").items(), DELIVERY_TIMEOUT
+            ), restarted[-1].log_tail()
             time.sleep(2.0)  # several callback intervals more
             assert delivered(receiver, "first") == {}
             assert pending_artifacts(store_of(ports["first"])) >= len(seen["first"])
@@ -144,22 +177,30 @@ def test_poisoned_store_entries_hold_up_nothing(tmp_path: Path) -> None:
     torn = store.append(f"{url}/generated", {"artifacts": []}, "earlier-round", 0)
     good = 0
     for batch in range(40):
-        artifacts = [{"nonce": batch * 50 + i, "vector_b64": base64.b64encode(bytes(2 * K)).decode()} for i in range(50)]
-        body = {"public_key": "poisoned", "block_hash": "b", "block_height": 1, "node_id": 0, "artifacts": artifacts,
-                "encoding": {"dtype": "f16", "k_dim": K, "endian": "le"}}
+        artifacts = [
+            {"nonce": batch * 50 + i, "vector_b64": base64.b64encode(bytes(2 * K)).decode()} for i in range(50)
+        ]
+        body = {
+            "public_key": "poisoned",
+            "block_hash": "b",
+            "block_height": 1,
+            "node_id": 0,
+            "artifacts": artifacts,
+            "encoding": {"dtype": "f16", "k_dim": K, "endian": "le"},
+        }
         store.append(f"{url}/generated", body, "earlier-round", len(artifacts))
         good += len(artifacts)
     store.append(validated_url(url), {"request_id": "after-the-poison"}, None, 0)
     store.close()
     with sqlite3.connect(store_path) as db:
-        db.execute("UPDATE callbacks SET body = '{\"artifacts\": [{\"nonce\": 7, \"vec' WHERE id = ?", (torn,))
+        db.execute('UPDATE callbacks SET body = \'{"artifacts": [{"nonce": 7, "vec\' WHERE id = ?', (torn,))
 
     with HttpReceiver(port=receiver_port) as receiver:
         server = start_server(tmp_path / "server.log", [*FLAGS, "--callback-store", str(store_path)])
         try:
-            assert wait_for(lambda: len(delivered(receiver, "poisoned")) == good and receiver.received("/validated"), 60), (
-                server.log_tail()
-            )
+            assert wait_for(
+                lambda: len(delivered(receiver, "poisoned")) == good and receiver.received("/validated"), 60
+            ), server.log_tail()
         finally:
             assert server.stop() == 0
     log = (tmp_path / "server.log").read_text()

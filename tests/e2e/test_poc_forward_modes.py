@@ -32,7 +32,8 @@ SEQ_LENS = [64, 256]
 def eager_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     process = start_server(
         # vLLM's compiled graph has no part in a PoC forward (the eager one runs vLLM's own kernels): not built here.
-        tmp_path_factory.mktemp("poc-eager") / "server.log", ["--poc-forward", "eager", "--enforce-eager"]
+        tmp_path_factory.mktemp("poc-eager") / "server.log",
+        ["--poc-forward", "eager", "--enforce-eager"],
     )
     try:
         yield process
@@ -48,8 +49,12 @@ def reference(model_dir: Path) -> HfPocReference:
 
 def artifacts(server: ServerProcess, seq_len: int) -> dict[int, np.ndarray]:
     with grpc.insecure_channel(server.target) as channel:
-        model = inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=30)
-        request = artifacts_request(model.served_model_name, NONCES, seq_len, BLOCK_HASH, PUBLIC_KEY, K, False, batch_size=len(NONCES))
+        model = inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(
+            inference_pb2.GetModelInfoRequest(), timeout=30
+        )
+        request = artifacts_request(
+            model.served_model_name, NONCES, seq_len, BLOCK_HASH, PUBLIC_KEY, K, False, batch_size=len(NONCES)
+        )
         return dict(one_forward(poc_pb2_grpc.PocServiceStub(channel), request))
 
 
@@ -66,9 +71,12 @@ def test_eager_and_compiled_artifacts_agree_and_equal_the_reference(
     compiled, eager = artifacts(server, seq_len), artifacts(eager_server, seq_len)
     between = {nonce: l2_distance(compiled[nonce], eager[nonce]) for nonce in NONCES}
     eager_to_reference = {
-        nonce: l2_distance(eager[nonce], reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, seq_len, K, False)) for nonce in NONCES
+        nonce: l2_distance(eager[nonce], reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, seq_len, K, False))
+        for nonce in NONCES
     }
-    print(f"seq_len {seq_len}: L2 compiled vs eager max {max(between.values()):.6f}, "
-          f"eager vs the HF reference max {max(eager_to_reference.values()):.6f}")
+    print(
+        f"seq_len {seq_len}: L2 compiled vs eager max {max(between.values()):.6f}, "
+        f"eager vs the HF reference max {max(eager_to_reference.values()):.6f}"
+    )
     assert max(between.values()) <= TOLERANCE, between
     assert max(eager_to_reference.values()) <= TOLERANCE, eager_to_reference

@@ -50,7 +50,9 @@ def round_request(model: str, **overrides) -> poc_pb2.StartRoundRequest:
 
 def health_of(target: str, service: str) -> int:
     with grpc.insecure_channel(target) as channel:
-        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+        return (
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+        )
 
 
 def test_a_round_preempts_streams_refuses_inference_and_hands_back(server, client: InferenceClient, poc) -> None:
@@ -114,7 +116,9 @@ def _assert_pushback_trailer(target: str) -> None:
         from gonka.mlnode.v1 import inference_pb2 as pb
         from gonka.mlnode.v1 import inference_pb2_grpc
 
-        call = inference_pb2_grpc.InferenceServiceStub(channel).Generate(pb.GenerateRequest(token_ids=pb.TokenIds(ids=PROMPT_IDS)))
+        call = inference_pb2_grpc.InferenceServiceStub(channel).Generate(
+            pb.GenerateRequest(token_ids=pb.TokenIds(ids=PROMPT_IDS))
+        )
         with pytest.raises(grpc.RpcError) as caught:
             list(call)
         trailers = dict(caught.value.trailing_metadata())
@@ -181,12 +185,16 @@ def test_a_greedy_stream_beside_recompute_batches_is_undisturbed(server, client:
     request = dict(token_ids=PROMPT_IDS, max_tokens=600, ignore_eos=True, temperature=0.0)
     undisturbed = client.generate(**request).first.token_ids
     compute = poc_pb2.ComputeArtifactsRequest(
-        block_hash="beside", public_key="inference", params=poc_pb2.PocParams(model=model, seq_len=64),
-        nonces=list(range(50 * 8)), batch_size=8,
+        block_hash="beside",
+        public_key="inference",
+        params=poc_pb2.PocParams(model=model, seq_len=64),
+        nonces=list(range(50 * 8)),
+        batch_size=8,
     )
 
     async def both() -> tuple[list[int], int]:
         async with AsyncInferenceClient(server.target) as aio:
+
             async def recompute() -> int:
                 async with grpc.aio.insecure_channel(server.target) as channel:
                     stub = poc_pb2_grpc.PocServiceStub(channel)
@@ -210,7 +218,9 @@ def test_a_round_preempts_validate_inference_in_flight(server, client: Inference
 
     async def scenario() -> tuple[list, BaseException | None]:
         async with grpc.aio.insecure_channel(server.target) as channel:
-            call = validation_pb2_grpc.ValidationServiceStub(channel).ValidateInference(vpb.ValidateInferenceRequest(items=[item] * 8))
+            call = validation_pb2_grpc.ValidationServiceStub(channel).ValidateInference(
+                vpb.ValidateInferenceRequest(items=[item] * 8)
+            )
             received = []
 
             async def read() -> BaseException | None:

@@ -31,8 +31,17 @@ PROMPT_IDS = [9707, 1879, 11, 419]
 
 @pytest.fixture(scope="module")
 def edge_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    flags = ["--engine-call-timeout", str(ENGINE_CALL_TIMEOUT), "--poc-retention-s", str(RETENTION),
-             "--poc-callback-interval-s", "0.5", "--poc-callback-flush-s", "1", *SERVER_LAYER_FLAGS]
+    flags = [
+        "--engine-call-timeout",
+        str(ENGINE_CALL_TIMEOUT),
+        "--poc-retention-s",
+        str(RETENTION),
+        "--poc-callback-interval-s",
+        "0.5",
+        "--poc-callback-flush-s",
+        "1",
+        *SERVER_LAYER_FLAGS,
+    ]
     server = start_server(tmp_path_factory.mktemp("edges") / "server.log", flags)
     yield server
     server.stop()
@@ -50,9 +59,13 @@ def client(edge_server: ServerProcess) -> Iterator[InferenceClient]:
         yield inference
 
 
-def round_request(client: InferenceClient, seq_len: int = 64, batch_size: int = 8, **fields: object) -> poc_pb2.StartRoundRequest:
+def round_request(
+    client: InferenceClient, seq_len: int = 64, batch_size: int = 8, **fields: object
+) -> poc_pb2.StartRoundRequest:
     params = poc_pb2.PocParams(model=client.model_info().served_model_name, seq_len=seq_len)
-    return poc_pb2.StartRoundRequest(block_hash="edge", public_key="edge-key", params=params, batch_size=batch_size, **fields)
+    return poc_pb2.StartRoundRequest(
+        block_hash="edge", public_key="edge-key", params=params, batch_size=batch_size, **fields
+    )
 
 
 def inference_health(target: str) -> int:
@@ -66,7 +79,9 @@ def test_a_forward_past_the_engine_call_timeout_keeps_inference_out_until_the_en
 ) -> None:
     round_id = poc.StartRound(round_request(client, **LONG_FORWARD), timeout=30).status.round_id
     started = time.monotonic()
-    while (status := poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest(round_id=round_id), timeout=5).status).state != poc_pb2.ROUND_STATE_FAILED:
+    while (
+        status := poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest(round_id=round_id), timeout=5).status
+    ).state != poc_pb2.ROUND_STATE_FAILED:
         assert time.monotonic() - started < 30, status
         time.sleep(0.02)
     failed_after = time.monotonic() - started
@@ -81,16 +96,25 @@ def test_a_forward_past_the_engine_call_timeout_keeps_inference_out_until_the_en
         assert time.monotonic() - started < 120, "the gate never opened"
         time.sleep(0.05)
     reopened_after = time.monotonic() - started
-    print(f"round failed after {failed_after:.2f} s (timeout {ENGINE_CALL_TIMEOUT:g} s), inference back after {reopened_after:.2f} s")
+    print(
+        f"round failed after {failed_after:.2f} s (timeout {ENGINE_CALL_TIMEOUT:g} s), inference back after {reopened_after:.2f} s"
+    )
     assert len(client.generate(token_ids=PROMPT_IDS, max_tokens=2, timeout=120).first.token_ids) == 2
 
 
-def test_an_ended_round_is_forgotten_after_the_retention_time(poc: poc_pb2_grpc.PocServiceStub, client: InferenceClient) -> None:
+def test_an_ended_round_is_forgotten_after_the_retention_time(
+    poc: poc_pb2_grpc.PocServiceStub, client: InferenceClient
+) -> None:
     round_id = poc.StartRound(round_request(client), timeout=30).status.round_id
     poc.StopRound(poc_pb2.StopRoundRequest(round_id=round_id), timeout=30)
     stopped = time.monotonic()
-    assert poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest(round_id=round_id)).status.state == poc_pb2.ROUND_STATE_STOPPED
-    assert any(message.HasField("end") for message in poc.SubscribeArtifacts(poc_pb2.SubscribeArtifactsRequest(round_id=round_id)))
+    assert (
+        poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest(round_id=round_id)).status.state == poc_pb2.ROUND_STATE_STOPPED
+    )
+    assert any(
+        message.HasField("end")
+        for message in poc.SubscribeArtifacts(poc_pb2.SubscribeArtifactsRequest(round_id=round_id))
+    )
     time.sleep(max(0.0, RETENTION + 0.5 - (time.monotonic() - stopped)))
     for call, request in (
         (poc.GetRoundStatus, poc_pb2.GetRoundStatusRequest(round_id=round_id)),
@@ -134,7 +158,9 @@ def test_sigterm_sent_with_start_round_exits_cleanly_with_the_rounds_artifacts_i
     round_id = answer.status.round_id
     assert f"round {round_id} ended: STOPPED" in log
     with sqlite3.connect(default_callback_store(edge_server.port, engine_environment())) as db:
-        stored = db.execute("SELECT COALESCE(SUM(artifacts), 0) FROM callbacks WHERE round_id = ?", (round_id,)).fetchone()[0]
+        stored = db.execute(
+            "SELECT COALESCE(SUM(artifacts), 0) FROM callbacks WHERE round_id = ?", (round_id,)
+        ).fetchone()[0]
     produced = int(log.split(f"round {round_id} ended: STOPPED, ")[1].split(" nonces")[0])
     assert stored == produced
 
@@ -142,7 +168,9 @@ def test_sigterm_sent_with_start_round_exits_cleanly_with_the_rounds_artifacts_i
 def _stream(target: str, index: int) -> None:
     try:
         with InferenceClient(target) as inference:
-            for _ in inference.stream(token_ids=[*PROMPT_IDS, index], max_tokens=4000, ignore_eos=True, temperature=0.0):
+            for _ in inference.stream(
+                token_ids=[*PROMPT_IDS, index], max_tokens=4000, ignore_eos=True, temperature=0.0
+            ):
                 pass
     except ServerError:
         pass  # preempted by the round, or ended by the shutdown

@@ -32,19 +32,34 @@ def test_sigterm_during_a_round_keeps_everything_and_the_next_start_delivers(tmp
     port = free_port()
     store = default_callback_store(port, engine_environment())
     # A buffer of 8 batches: a late subscriber is told exactly what it lost.
-    flags = ["--poc-callback-flush-s", "1", "--poc-callback-interval-s", "0.5", "--poc-buffer-artifacts", "64", *SERVER_LAYER_FLAGS]
+    flags = [
+        "--poc-callback-flush-s",
+        "1",
+        "--poc-callback-interval-s",
+        "0.5",
+        "--poc-buffer-artifacts",
+        "64",
+        *SERVER_LAYER_FLAGS,
+    ]
     server = start_server(tmp_path / "first.log", flags, port=port)
     produced: dict[int, str] = {}
     missed: list[int] = []  # artifacts the reader itself came too late for (a stalled test process)
     ends: list[poc_pb2.SubscriptionEnd] = []
     try:
         with grpc.insecure_channel(server.target) as channel:
-            model = inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(pb.GetModelInfoRequest()).served_model_name
+            model = (
+                inference_pb2_grpc.InferenceServiceStub(channel)
+                .GetModelInfo(pb.GetModelInfoRequest())
+                .served_model_name
+            )
             poc = poc_pb2_grpc.PocServiceStub(channel)
             poc.StartRound(
                 poc_pb2.StartRoundRequest(
-                    block_hash="spool-block", block_height=3, public_key="spool-key",
-                    params=poc_pb2.PocParams(model=model, seq_len=64), batch_size=8,
+                    block_hash="spool-block",
+                    block_height=3,
+                    public_key="spool-key",
+                    params=poc_pb2.PocParams(model=model, seq_len=64),
+                    batch_size=8,
                     callback_url=f"http://127.0.0.1:{receiver_port}",
                 )
             )
@@ -54,7 +69,9 @@ def test_sigterm_during_a_round_keeps_everything_and_the_next_start_delivers(tmp
                 for message in poc.SubscribeArtifacts(poc_pb2.SubscribeArtifactsRequest()):
                     if message.HasField("batch"):
                         for index, nonce in enumerate(message.batch.nonces):
-                            produced[nonce] = base64.b64encode(message.batch.vectors[2 * K * index : 2 * K * (index + 1)]).decode()
+                            produced[nonce] = base64.b64encode(
+                                message.batch.vectors[2 * K * index : 2 * K * (index + 1)]
+                            ).decode()
                         if len(produced) >= 160:
                             enough.set()
                     elif message.HasField("lost"):
@@ -81,6 +98,7 @@ def test_sigterm_during_a_round_keeps_everything_and_the_next_start_delivers(tmp
     with HttpReceiver(port=receiver_port) as receiver:
         second = start_server(tmp_path / "second.log", flags, port=port)
         try:
+
             def delivered(r: HttpReceiver) -> dict[int, str]:
                 return {a["nonce"]: a["vector_b64"] for body in r.received("/generated") for a in body["artifacts"]}
 

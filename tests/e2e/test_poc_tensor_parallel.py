@@ -68,7 +68,9 @@ def tp_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iter
 @pytest.fixture(scope="module")
 def model_info(tp_server: ServerProcess) -> inference_pb2.GetModelInfoResponse:
     with grpc.insecure_channel(tp_server.target) as channel:
-        return inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(inference_pb2.GetModelInfoRequest(), timeout=30)
+        return inference_pb2_grpc.InferenceServiceStub(channel).GetModelInfo(
+            inference_pb2.GetModelInfoRequest(), timeout=30
+        )
 
 
 @pytest.fixture(scope="module")
@@ -108,11 +110,14 @@ def test_tensor_parallel_artifacts_equal_the_reference(
     assert model_info.tensor_parallel_size == TENSOR_PARALLEL
     rows = one_forward(poc, request(model_info.served_model_name, NONCES, seq_len, stronger_rng))
     distances = {
-        nonce: l2_distance(vector, reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, seq_len, K, stronger_rng)) for nonce, vector in rows
+        nonce: l2_distance(vector, reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, seq_len, K, stronger_rng))
+        for nonce, vector in rows
     }
     mean = float(np.mean(list(distances.values())))
-    print(f"TP {TENSOR_PARALLEL}, seq_len {seq_len}, stronger_rng {stronger_rng}: L2 to the HF reference "
-          f"max {max(distances.values()):.6f} mean {mean:.6f}")
+    print(
+        f"TP {TENSOR_PARALLEL}, seq_len {seq_len}, stronger_rng {stronger_rng}: L2 to the HF reference "
+        f"max {max(distances.values()):.6f} mean {mean:.6f}"
+    )
     assert max(distances.values()) <= TOLERANCE, distances
     assert mean <= MEAN_TOLERANCE, distances
 
@@ -162,4 +167,6 @@ def test_a_tensor_parallel_mining_round_streams_what_compute_artifacts_gives(
     assert [nonce for nonce, _ in rows_of(live.batches, K)] == [placement.nonce(x) for x in range(24)]
     for batch in live.batches:
         again = one_forward(poc, request(model, list(batch.nonces), 64))
-        assert batch.vectors == b"".join(vector.astype("<f2").tobytes() for _, vector in again), f"batch {batch.sequence}"
+        assert batch.vectors == b"".join(vector.astype("<f2").tobytes() for _, vector in again), (
+            f"batch {batch.sequence}"
+        )

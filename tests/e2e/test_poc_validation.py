@@ -38,7 +38,9 @@ def params(model: str) -> poc_pb2.PocParams:
 
 
 def computed_artifacts(poc, model: str, nonces: list[int]) -> dict[int, bytes]:
-    request = poc_pb2.ComputeArtifactsRequest(block_hash="v-block", public_key="v-key", params=params(model), nonces=nonces, batch_size=16)
+    request = poc_pb2.ComputeArtifactsRequest(
+        block_hash="v-block", public_key="v-key", params=params(model), nonces=nonces, batch_size=16
+    )
     vectors: dict[int, bytes] = {}
     for message in poc.ComputeArtifacts(request):
         batch = message.batch
@@ -47,9 +49,17 @@ def computed_artifacts(poc, model: str, nonces: list[int]) -> dict[int, bytes]:
     return vectors
 
 
-def validate(validation, model: str, claims: list[vpb.ClaimedArtifact], **extra) -> list[vpb.ValidatePocArtifactsResponse]:
+def validate(
+    validation, model: str, claims: list[vpb.ClaimedArtifact], **extra
+) -> list[vpb.ValidatePocArtifactsResponse]:
     request = vpb.ValidatePocArtifactsRequest(
-        block_hash="v-block", public_key="v-key", params=params(model), artifacts=claims, stat_test=NETWORK_TEST, batch_size=16, **extra
+        block_hash="v-block",
+        public_key="v-key",
+        params=params(model),
+        artifacts=claims,
+        stat_test=NETWORK_TEST,
+        batch_size=16,
+        **extra,
     )
     return list(validation.ValidatePocArtifacts(request))
 
@@ -62,7 +72,9 @@ def test_honest_artifacts_validate_and_tampered_ones_are_flagged(client: Inferen
 
     # Half as raw bytes, half in the network's base64: both forms are accepted.
     claims = [
-        vpb.ClaimedArtifact(nonce=n, vector_f16=honest[n]) if n % 2 else vpb.ClaimedArtifact(nonce=n, vector_b64=base64.b64encode(honest[n]).decode())
+        vpb.ClaimedArtifact(nonce=n, vector_f16=honest[n])
+        if n % 2
+        else vpb.ClaimedArtifact(nonce=n, vector_b64=base64.b64encode(honest[n]).decode())
         for n in nonces
     ]
     responses = validate(validation, model, claims)
@@ -120,8 +132,16 @@ def test_the_summary_goes_to_the_validated_callback(client: InferenceClient, stu
         assert receiver.wait_for(lambda r: r.received("/validated"), timeout=30)
     body = receiver.received("/validated")[0]
     assert body == {
-        "request_id": "job-1", "block_hash": "v-block", "block_height": 42, "public_key": "v-key", "node_id": 3,
-        "n_total": 3, "n_mismatch": 0, "mismatch_nonces": [], "p_value": 1.0, "fraud_detected": False,
+        "request_id": "job-1",
+        "block_hash": "v-block",
+        "block_height": 42,
+        "public_key": "v-key",
+        "node_id": 3,
+        "n_total": 3,
+        "n_mismatch": 0,
+        "mismatch_nonces": [],
+        "p_value": 1.0,
+        "fraud_detected": False,
     }
 
 
@@ -130,8 +150,14 @@ def test_a_callback_receiver_that_fails_twice_gets_every_artifact(client: Infere
     model = client.model_info().served_model_name
     with HttpReceiver(fail_first=2) as receiver:
         request = poc_pb2.StartRoundRequest(
-            block_hash="cb-block", block_height=9, public_key="cb-key", node_id=1, node_count=2,
-            params=params(model), batch_size=8, callback_url=receiver.url,
+            block_hash="cb-block",
+            block_height=9,
+            public_key="cb-key",
+            node_id=1,
+            node_count=2,
+            params=params(model),
+            batch_size=8,
+            callback_url=receiver.url,
         )
         round_id = poc.StartRound(request).status.round_id
         try:
@@ -140,7 +166,9 @@ def test_a_callback_receiver_that_fails_twice_gets_every_artifact(client: Infere
             for message in subscription:
                 if message.HasField("batch"):
                     for index, nonce in enumerate(message.batch.nonces):
-                        produced[nonce] = base64.b64encode(message.batch.vectors[2 * K * index : 2 * K * (index + 1)]).decode()
+                        produced[nonce] = base64.b64encode(
+                            message.batch.vectors[2 * K * index : 2 * K * (index + 1)]
+                        ).decode()
                     if len(produced) >= 200:
                         poc.StopRound(poc_pb2.StopRoundRequest(round_id=round_id))
                 elif message.HasField("end"):
@@ -161,12 +189,17 @@ def test_a_callback_receiver_that_fails_twice_gets_every_artifact(client: Infere
     assert all(n % 2 == 1 for n in produced)  # node 1 of 2: odd nonces only
     for body in bodies:
         assert {k: body[k] for k in ("public_key", "block_hash", "block_height", "node_id")} == {
-            "public_key": "cb-key", "block_hash": "cb-block", "block_height": 9, "node_id": 1,
+            "public_key": "cb-key",
+            "block_hash": "cb-block",
+            "block_height": 9,
+            "node_id": 1,
         }
         assert body["encoding"] == {"dtype": "f16", "k_dim": K, "endian": "le"}
     # The receiver keeps a body before it answers 200; the server counts the delivery when it reads that answer.
     deadline = time.monotonic() + 30
-    while (status := poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest(round_id=round_id)).status).callback.delivered < len(produced):
+    while (
+        status := poc.GetRoundStatus(poc_pb2.GetRoundStatusRequest(round_id=round_id)).status
+    ).callback.delivered < len(produced):
         assert time.monotonic() < deadline, status.callback
         time.sleep(0.05)
     assert status.callback.delivered == len(produced) and status.callback.given_up == 0

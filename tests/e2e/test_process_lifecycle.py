@@ -37,7 +37,12 @@ def without_vllm(tmp_path: Path) -> dict[str, str]:
 def run_server(*flags: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "server", *flags],
-        cwd=REPO_ROOT, env=env or engine_environment(), capture_output=True, text=True, timeout=300, check=False,
+        cwd=REPO_ROOT,
+        env=env or engine_environment(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
 
 
@@ -81,7 +86,9 @@ def test_sigterm_drains_then_exits_zero(tmp_path) -> None:
 
             def long_stream(include_text: bool) -> None:
                 try:
-                    request = dict(token_ids=PROMPT_IDS, max_tokens=8000 - len(PROMPT_IDS), ignore_eos=True, temperature=0.0)
+                    request = dict(
+                        token_ids=PROMPT_IDS, max_tokens=8000 - len(PROMPT_IDS), ignore_eos=True, temperature=0.0
+                    )
                     for response in client.stream(**request, include_text=include_text):
                         received[include_text].append(response)
                 finally:
@@ -117,7 +124,9 @@ def test_sigterm_drains_then_exits_zero(tmp_path) -> None:
             # The in-flight streams outlived the signal by the grace, then ended with a clean abort.
             for include_text, responses in received.items():
                 assert responses[-1].finish.reason == pb.FINISH_REASON_ABORT, include_text
-            assert any(response.text for response in received[True]) and not any(response.text for response in received[False])
+            assert any(response.text for response in received[True]) and not any(
+                response.text for response in received[False]
+            )
             assert time.monotonic() - signalled >= 3
         assert server.wait(timeout=60) == 0
     finally:
@@ -155,7 +164,15 @@ def test_help_documents_the_server_flags_beside_vllms_engine_flags(without_vllm:
         return completed.stdout
 
     overview = help_text("--help")
-    for flag in ("--host", "--port", "--shutdown-grace", "--model", "--tensor-parallel-size", "--max-model-len", "--dtype"):
+    for flag in (
+        "--host",
+        "--port",
+        "--shutdown-grace",
+        "--model",
+        "--tensor-parallel-size",
+        "--max-model-len",
+        "--dtype",
+    ):
         assert flag in overview, flag
     assert "embedded tiny Qwen3" in overview
     server_group = help_text("--help=server", env=without_vllm)  # answered before vLLM is imported

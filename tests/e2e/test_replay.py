@@ -13,7 +13,13 @@ from engine_ext.consensus import sequence_distance
 from gonka.mlnode.client import AsyncInferenceClient, Generation, InferenceClient, ServerError, build_request
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
-SCHEMA = json.dumps({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 6}}, "required": ["a", "b"]})
+SCHEMA = json.dumps(
+    {
+        "type": "object",
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string", "maxLength": 6}},
+        "required": ["a", "b"],
+    }
+)
 CONFIGURATIONS = {
     "greedy": dict(temperature=0.0),
     "seeded-temperature": dict(temperature=0.99, seed=5),
@@ -33,7 +39,14 @@ def chain_positions(generation: Generation) -> list[tuple[int, dict[int, float]]
 def test_replaying_the_servers_own_output_gives_the_same_tokens_and_distance_below_0_001(
     client: InferenceClient, configuration: str, mode: str
 ) -> None:
-    request = dict(token_ids=PROMPT_IDS, max_tokens=24, top_logprobs=5, logprobs_mode=mode, chain_top_logprobs=True, **CONFIGURATIONS[configuration])
+    request = dict(
+        token_ids=PROMPT_IDS,
+        max_tokens=24,
+        top_logprobs=5,
+        logprobs_mode=mode,
+        chain_top_logprobs=True,
+        **CONFIGURATIONS[configuration],
+    )
     original = client.generate(**request)
     replay = client.generate(**request, enforced_token_ids=original.first.token_ids)
     assert replay.first.token_ids == original.first.token_ids
@@ -44,7 +57,14 @@ def test_replaying_the_servers_own_output_gives_the_same_tokens_and_distance_bel
 
 @pytest.mark.parametrize("include_text", [False, True], ids=["token-stream", "vllm-generate"])
 def test_enforced_tokens_replace_what_sampling_would_have_chosen(client: InferenceClient, include_text: bool) -> None:
-    common = dict(token_ids=PROMPT_IDS, max_tokens=16, temperature=1.0, top_logprobs=3, logprobs_mode="raw", include_text=include_text)
+    common = dict(
+        token_ids=PROMPT_IDS,
+        max_tokens=16,
+        temperature=1.0,
+        top_logprobs=3,
+        logprobs_mode="raw",
+        include_text=include_text,
+    )
     original = client.generate(**common, seed=1).first
     other_seed = client.generate(**common, seed=2).first
     assert other_seed.token_ids != original.token_ids  # the seed alone would give other tokens
@@ -58,16 +78,28 @@ def test_enforced_tokens_replace_what_sampling_would_have_chosen(client: Inferen
 
 
 def test_a_replay_stops_at_its_end_of_sequence_and_past_the_end_repeats_the_last_token(client: InferenceClient) -> None:
-    stopped = client.generate(token_ids=PROMPT_IDS, max_tokens=20, temperature=0.0, enforced_token_ids=[100, 200, 300]).first
+    stopped = client.generate(
+        token_ids=PROMPT_IDS, max_tokens=20, temperature=0.0, enforced_token_ids=[100, 200, 300]
+    ).first
     eos = client.model_info().eos_token_id
     assert stopped.token_ids == [100, 200, 300, eos] and stopped.finish_reason == "stop"
-    ignoring = client.generate(token_ids=PROMPT_IDS, max_tokens=6, temperature=0.0, ignore_eos=True, enforced_token_ids=[100, 200]).first
+    ignoring = client.generate(
+        token_ids=PROMPT_IDS, max_tokens=6, temperature=0.0, ignore_eos=True, enforced_token_ids=[100, 200]
+    ).first
     assert ignoring.token_ids == [100, 200, eos, eos, eos, eos] and ignoring.finish_reason == "length"
 
 
 def test_mixed_mode_batches_give_each_row_the_logprobs_of_its_own_mode(server) -> None:
     def request(index: int, mode: str) -> dict:
-        return dict(token_ids=PROMPT_IDS + [index], max_tokens=12, temperature=0.8, top_k=20, seed=100 + index, top_logprobs=5, logprobs_mode=mode)
+        return dict(
+            token_ids=PROMPT_IDS + [index],
+            max_tokens=12,
+            temperature=0.8,
+            top_k=20,
+            seed=100 + index,
+            top_logprobs=5,
+            logprobs_mode=mode,
+        )
 
     async def run(modes: list[str]) -> list[Generation]:
         async with AsyncInferenceClient(server.target) as aio:
@@ -91,7 +123,9 @@ def test_mixed_mode_batches_give_each_row_the_logprobs_of_its_own_mode(server) -
 
 def test_processed_mode_pads_short_lists_with_the_lowest_ids(client: InferenceClient) -> None:
     # A grammar leaves only a few tokens: processed lists are padded with ids 0, 1, 2, ... at -9999.
-    output = client.generate(prompt="Answer:", choice=["yes", "no"], top_logprobs=12, temperature=0.0, logprobs_mode="processed").first
+    output = client.generate(
+        prompt="Answer:", choice=["yes", "no"], top_logprobs=12, temperature=0.0, logprobs_mode="processed"
+    ).first
     first_ids, first_values = output.logprobs.top_ids[0], output.logprobs.top_logprobs[0]
     padded = [token for token, value in zip(first_ids, first_values) if value == -9999.0]
     assert padded and padded == sorted(padded) and padded[0] in (0, 1)
@@ -101,7 +135,9 @@ def test_processed_mode_pads_short_lists_with_the_lowest_ids(client: InferenceCl
 def test_the_prompt_as_run_comes_back_for_an_exact_replay(client: InferenceClient, tokenizer) -> None:
     messages = [("system", "Be brief."), ("user", "Name a fruit.")]
     generation = client.generate(messages=messages, max_tokens=4, temperature=0.0, include_prompt_token_ids=True)
-    expected = tokenizer.apply_chat_template([{"role": r, "content": c} for r, c in messages], add_generation_prompt=True, tokenize=True, return_dict=False)
+    expected = tokenizer.apply_chat_template(
+        [{"role": r, "content": c} for r, c in messages], add_generation_prompt=True, tokenize=True, return_dict=False
+    )
     assert generation.prompt_as_run == list(expected)
     again = client.generate(token_ids=generation.prompt_as_run, max_tokens=4, temperature=0.0)
     assert again.first.token_ids == generation.first.token_ids
@@ -119,7 +155,11 @@ def test_the_prompt_as_run_comes_back_for_an_exact_replay(client: InferenceClien
 def test_bad_replay_input_is_invalid_argument(client: InferenceClient, kwargs: dict, reason: str, field: str) -> None:
     with pytest.raises(ServerError) as caught:
         client.generate(build_request(token_ids=PROMPT_IDS, max_tokens=4, **kwargs), timeout=60)
-    assert (caught.value.code, caught.value.reason, caught.value.field) == (grpc.StatusCode.INVALID_ARGUMENT, reason, field)
+    assert (caught.value.code, caught.value.reason, caught.value.field) == (
+        grpc.StatusCode.INVALID_ARGUMENT,
+        reason,
+        field,
+    )
 
 
 def test_an_unknown_logprobs_mode_is_invalid_argument(client: InferenceClient) -> None:
@@ -144,11 +184,30 @@ def test_a_replay_that_breaks_its_grammar_completes_and_constrains_nobody_else(s
 
     async def scenario() -> tuple[list[Generation], Generation]:
         async with AsyncInferenceClient(server.target) as aio:
-            common = dict(token_ids=PROMPT_IDS, temperature=0.0, top_logprobs=3, logprobs_mode="raw", max_tokens=len(off_grammar) + 1)
+            common = dict(
+                token_ids=PROMPT_IDS,
+                temperature=0.0,
+                top_logprobs=3,
+                logprobs_mode="raw",
+                max_tokens=len(off_grammar) + 1,
+            )
             jobs = [aio.generate(**common, regex=regex, enforced_token_ids=off_grammar)]
             for seed in range(4):  # constrained neighbours in the same batches
-                jobs.append(aio.generate(prompt="Code:", regex=regex, temperature=1.0, seed=seed, include_text=True, max_tokens=20))
-                jobs.append(aio.generate(prompt="Data:", json_schema=json.dumps(BOUNDED_SCHEMA), temperature=0.7, seed=seed, include_text=True, max_tokens=60))
+                jobs.append(
+                    aio.generate(
+                        prompt="Code:", regex=regex, temperature=1.0, seed=seed, include_text=True, max_tokens=20
+                    )
+                )
+                jobs.append(
+                    aio.generate(
+                        prompt="Data:",
+                        json_schema=json.dumps(BOUNDED_SCHEMA),
+                        temperature=0.7,
+                        seed=seed,
+                        include_text=True,
+                        max_tokens=60,
+                    )
+                )
             results = await asyncio.gather(*jobs)
             unconstrained = await aio.generate(**common, enforced_token_ids=off_grammar)
             return results, unconstrained

@@ -33,6 +33,7 @@ BOTH_PATHS = pytest.mark.parametrize("include_text", [False, True], ids=["token-
 def test_cancelled_streams_free_their_engine_requests(server, client: InferenceClient, include_text: bool) -> None:
     async def cancel_many() -> int:
         async with AsyncInferenceClient(server.target) as aio:
+
             async def read_two_then_leave(index: int) -> int:
                 received = 0
                 async for _ in aio.stream(**LONG, request_id=f"cancel-{index}", include_text=include_text):

@@ -44,9 +44,13 @@ def token_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def client_tls(certificates: CertificateFiles, with_certificate: bool = True, server_name: str | None = None) -> TlsConfig:
+def client_tls(
+    certificates: CertificateFiles, with_certificate: bool = True, server_name: str | None = None
+) -> TlsConfig:
     if with_certificate:
-        return TlsConfig.from_files(str(certificates.ca), str(certificates.client_cert), str(certificates.client_key), server_name)
+        return TlsConfig.from_files(
+            str(certificates.ca), str(certificates.client_cert), str(certificates.client_key), server_name
+        )
     return TlsConfig.from_files(str(certificates.ca), server_name=server_name)
 
 
@@ -57,7 +61,7 @@ def failure(call) -> tuple[str, str | None]:
 
 
 def outcome(call) -> str:
-    """"OK", or the failed call's code name."""
+    """ "OK", or the failed call's code name."""
     try:
         call()
     except ServerError as error:
@@ -71,7 +75,12 @@ def run_cli(target: str, *args: str, env_token: str | None = None) -> subprocess
         env["MLNODE_AUTH_TOKEN"] = env_token
     return subprocess.run(
         [sys.executable, "-m", "gonka.mlnode.client", "--target", target, *args],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
 
 
@@ -90,8 +99,15 @@ def mutual_tls_server(
     tmp_path_factory: pytest.TempPathFactory, model_dir: Path, certificates: CertificateFiles, token_file: Path
 ) -> Iterator[ServerProcess]:
     flags = [
-        "--tls-cert", str(certificates.server_cert), "--tls-key", str(certificates.server_key),
-        "--tls-client-ca", str(certificates.ca), "--auth-token-file", str(token_file), *SERVER_LAYER_FLAGS,
+        "--tls-cert",
+        str(certificates.server_cert),
+        "--tls-key",
+        str(certificates.server_key),
+        "--tls-client-ca",
+        str(certificates.ca),
+        "--auth-token-file",
+        str(token_file),
+        *SERVER_LAYER_FLAGS,
     ]
     readiness = client_tls(certificates).channel_credentials()
     process = start_server(tmp_path_factory.mktemp("mtls") / "server.log", flags, credentials=readiness)
@@ -100,10 +116,18 @@ def mutual_tls_server(
 
 
 @pytest.fixture(scope="class")
-def tls_server(tmp_path_factory: pytest.TempPathFactory, model_dir: Path, certificates: CertificateFiles) -> Iterator[ServerProcess]:
+def tls_server(
+    tmp_path_factory: pytest.TempPathFactory, model_dir: Path, certificates: CertificateFiles
+) -> Iterator[ServerProcess]:
     env = engine_environment()
     env["MLNODE_AUTH_TOKEN"] = ENV_TOKEN
-    flags = ["--tls-cert", str(certificates.server_cert), "--tls-key", str(certificates.server_key), *SERVER_LAYER_FLAGS]
+    flags = [
+        "--tls-cert",
+        str(certificates.server_cert),
+        "--tls-key",
+        str(certificates.server_key),
+        *SERVER_LAYER_FLAGS,
+    ]
     readiness = client_tls(certificates, with_certificate=False).channel_credentials()
     process = start_server(tmp_path_factory.mktemp("tls") / "server.log", flags, env=env, credentials=readiness)
     yield process
@@ -115,7 +139,9 @@ class TestMutualTlsWithATokenFile:
     def server(self, mutual_tls_server: ServerProcess) -> ServerProcess:
         return mutual_tls_server
 
-    def test_the_client_generates_and_reaches_the_control_rpcs_with_certificate_and_token(self, server, certificates) -> None:
+    def test_the_client_generates_and_reaches_the_control_rpcs_with_certificate_and_token(
+        self, server, certificates
+    ) -> None:
         with InferenceClient(server.target, tls=client_tls(certificates), auth_token=FILE_TOKEN) as client:
             result = client.generate(token_ids=PROMPT, max_tokens=4, temperature=0)
             assert len(result.first.token_ids) == 4
@@ -147,7 +173,9 @@ class TestMutualTlsWithATokenFile:
 
     def test_the_asyncio_client_over_mutual_tls(self, server, certificates) -> None:
         async def scenario() -> tuple[int, int]:
-            async with AsyncInferenceClient(server.target, tls=client_tls(certificates), auth_token=FILE_TOKEN) as client:
+            async with AsyncInferenceClient(
+                server.target, tls=client_tls(certificates), auth_token=FILE_TOKEN
+            ) as client:
                 status = await client.server_status(include_engine_processes=True)
                 generation = await client.generate(token_ids=PROMPT, max_tokens=3)
                 return len(status.engine_processes), len(generation.first.token_ids)
@@ -156,13 +184,17 @@ class TestMutualTlsWithATokenFile:
         assert processes >= 2 and tokens == 3
 
     @pytest.mark.parametrize("who", ["no certificate", "a certificate from another CA", "plaintext"])
-    def test_a_client_without_a_trusted_certificate_is_refused_at_the_handshake(self, server, certificates, who: str) -> None:
+    def test_a_client_without_a_trusted_certificate_is_refused_at_the_handshake(
+        self, server, certificates, who: str
+    ) -> None:
         if who == "plaintext":
             client = InferenceClient(server.target)
         elif who == "no certificate":
             client = InferenceClient(server.target, tls=client_tls(certificates, with_certificate=False))
         else:
-            stranger = TlsConfig.from_files(str(certificates.ca), str(certificates.stranger_cert), str(certificates.stranger_key))
+            stranger = TlsConfig.from_files(
+                str(certificates.ca), str(certificates.stranger_cert), str(certificates.stranger_key)
+            )
             client = InferenceClient(server.target, tls=stranger)
         with client:
             with pytest.raises(ServerError) as failed:
@@ -170,8 +202,20 @@ class TestMutualTlsWithATokenFile:
         assert failed.value.code == grpc.StatusCode.UNAVAILABLE
 
     def test_grpcurl_over_mutual_tls_with_the_token(self, server, certificates) -> None:
-        tls = ["-cacert", str(certificates.ca), "-cert", str(certificates.client_cert), "-key", str(certificates.client_key)]
-        request = ["-d", '{"include_engine_processes": true}', server.target, "gonka.mlnode.v1.InferenceService/GetServerStatus"]
+        tls = [
+            "-cacert",
+            str(certificates.ca),
+            "-cert",
+            str(certificates.client_cert),
+            "-key",
+            str(certificates.client_key),
+        ]
+        request = [
+            "-d",
+            '{"include_engine_processes": true}',
+            server.target,
+            "gonka.mlnode.v1.InferenceService/GetServerStatus",
+        ]
         # Reflection and health stay open: no token needed to list or check.
         listed = grpcurl(*tls, server.target, "list")
         assert listed.returncode == 0, listed.stderr
@@ -188,7 +232,14 @@ class TestMutualTlsWithATokenFile:
         assert '"reason":"AUTH_TOKEN_REQUIRED"' in refused.stderr, refused.stderr
 
     def test_the_cli_client_takes_certificates_and_a_token_file(self, server, certificates, token_file) -> None:
-        tls = ["--tls-ca", str(certificates.ca), "--tls-cert", str(certificates.client_cert), "--tls-key", str(certificates.client_key)]
+        tls = [
+            "--tls-ca",
+            str(certificates.ca),
+            "--tls-cert",
+            str(certificates.client_cert),
+            "--tls-key",
+            str(certificates.client_key),
+        ]
         answered = run_cli(server.target, *tls, "--auth-token-file", str(token_file), "status")
         assert answered.returncode == 0, answered.stderr
         assert "engine_processes" in answered.stdout
@@ -197,18 +248,36 @@ class TestMutualTlsWithATokenFile:
         assert "error: UNAUTHENTICATED AUTH_TOKEN_REQUIRED" in refused.stderr
 
     def test_the_go_client_over_mutual_tls_with_the_token(self, server, certificates, go_example) -> None:
-        tls = ["--target", server.target, "--ca-file", str(certificates.ca),
-               "--cert-file", str(certificates.client_cert), "--key-file", str(certificates.client_key)]
+        tls = [
+            "--target",
+            server.target,
+            "--ca-file",
+            str(certificates.ca),
+            "--cert-file",
+            str(certificates.client_cert),
+            "--key-file",
+            str(certificates.client_key),
+        ]
         chat = run_go(go_example, "chat", *tls, "--prompt", "Hi", "--max-tokens", "3", "--json")
         assert chat.returncode == 0, chat.stderr
-        assert len([line for line in chat.stdout.splitlines() if '"token_id"' in line or '"id"' in line]) >= 1, chat.stdout
+        assert len([line for line in chat.stdout.splitlines() if '"token_id"' in line or '"id"' in line]) >= 1, (
+            chat.stdout
+        )
         # A control RPC: past the token check (no round has run here), then refused without it.
         answered = run_go(go_example, "round", "status", *tls, token=FILE_TOKEN)
         assert "ROUND_NOT_FOUND" in answered.stdout + answered.stderr, answered.stderr
         refused = run_go(go_example, "round", "status", *tls)
         assert refused.returncode != 0 and "AUTH_TOKEN_REQUIRED" in refused.stdout + refused.stderr, refused.stderr
-        stranger = ["--target", server.target, "--ca-file", str(certificates.ca),
-                    "--cert-file", str(certificates.stranger_cert), "--key-file", str(certificates.stranger_key)]
+        stranger = [
+            "--target",
+            server.target,
+            "--ca-file",
+            str(certificates.ca),
+            "--cert-file",
+            str(certificates.stranger_cert),
+            "--key-file",
+            str(certificates.stranger_key),
+        ]
         assert run_go(go_example, "chat", *stranger, "--prompt", "Hi", "--max-tokens", "3").returncode != 0
 
     def test_the_token_is_never_logged(self, server) -> None:
@@ -226,7 +295,9 @@ class TestTlsWithATokenFromTheEnvironment:
         return tls_server
 
     def test_the_client_trusts_the_ca_without_a_certificate_of_its_own(self, server, certificates) -> None:
-        with InferenceClient(server.target, tls=client_tls(certificates, with_certificate=False), auth_token=ENV_TOKEN) as client:
+        with InferenceClient(
+            server.target, tls=client_tls(certificates, with_certificate=False), auth_token=ENV_TOKEN
+        ) as client:
             assert len(client.generate(token_ids=PROMPT, max_tokens=3).first.token_ids) == 3
             assert failure(lambda: client.abort("no-such-request")) == ("NOT_FOUND", "REQUEST_NOT_FOUND")
         with InferenceClient(server.target, tls=client_tls(certificates, with_certificate=False)) as client:
@@ -247,7 +318,9 @@ class TestTlsWithATokenFromTheEnvironment:
         tls = ["--target", server.target, "--ca-file", str(certificates.ca)]
         answered = run_go(go_example, "chat", *tls, "--server-name", "localhost", "--prompt", "Hi", "--max-tokens", "3")
         assert answered.returncode == 0, answered.stderr
-        refused = run_go(go_example, "chat", *tls, "--server-name", "other.example", "--prompt", "Hi", "--max-tokens", "3")
+        refused = run_go(
+            go_example, "chat", *tls, "--server-name", "other.example", "--prompt", "Hi", "--max-tokens", "3"
+        )
         assert refused.returncode != 0
 
     def test_the_cli_client_reads_the_token_from_the_environment(self, server, certificates) -> None:
@@ -275,7 +348,12 @@ def run_server(*flags: str, env_token: str | None = None) -> tuple[subprocess.Co
     started = time.monotonic()
     completed = subprocess.run(
         [sys.executable, "-m", "server", "--port", "0", *flags],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     return completed, time.monotonic() - started
 
@@ -285,7 +363,11 @@ def run_server(*flags: str, env_token: str | None = None) -> tuple[subprocess.Co
     [
         (("--tls-cert", "{server_cert}"), None, "error: --tls-cert and --tls-key go together"),
         (("--tls-client-ca", "{ca}"), None, "error: --tls-client-ca needs --tls-cert and --tls-key"),
-        (("--tls-cert", "{server_cert}", "--tls-key", "/no/such.key"), None, "error: --tls-key /no/such.key: cannot read it"),
+        (
+            ("--tls-cert", "{server_cert}", "--tls-key", "/no/such.key"),
+            None,
+            "error: --tls-key /no/such.key: cannot read it",
+        ),
         (("--auth-token-file", "/no/such/token"), None, "error: --auth-token-file /no/such/token: cannot read it"),
         ((), "", "error: MLNODE_AUTH_TOKEN: the token is empty"),
         (("--auth-token", "s3cret-on-the-command-line"), None, "--auth-token is refused"),

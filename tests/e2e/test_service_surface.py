@@ -81,7 +81,9 @@ def test_server_status_reports_the_plugin_in_every_engine_process(server, client
         assert public_version(process.vllm_version) == installed_vllm_version()
         assert set(process.seams) == expected_engine_seams()
     # Each worker names the model runner it built: vLLM's V1 runner, which the server checked before serving.
-    runners = {process.model_runner for process in detailed.engine_processes if process.role == pb.EngineProcess.ROLE_WORKER}
+    runners = {
+        process.model_runner for process in detailed.engine_processes if process.role == pb.EngineProcess.ROLE_WORKER
+    }
     assert runners == {"vllm.v1.worker.cpu_model_runner.CPUModelRunner"}
 
 
@@ -121,7 +123,10 @@ def test_grpcurl_lists_the_services(server) -> None:
 
 def test_grpcurl_describes_a_method(server) -> None:
     described = grpcurl(server, server.target, "describe", f"{SERVICE}.Generate")
-    assert "rpc Generate ( .gonka.mlnode.v1.GenerateRequest ) returns ( stream .gonka.mlnode.v1.GenerateResponse )" in described
+    assert (
+        "rpc Generate ( .gonka.mlnode.v1.GenerateRequest ) returns ( stream .gonka.mlnode.v1.GenerateResponse )"
+        in described
+    )
     message = grpcurl(server, server.target, "describe", "gonka.mlnode.v1.SamplingOptions")
     assert "optional float temperature" in message
 
@@ -142,8 +147,27 @@ def test_grpcurl_streams_a_generate(server) -> None:
 
 def test_cli_client_streams_a_chat_with_logprobs(server) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "gonka.mlnode.client", "--target", server.target, "chat", "Say hi", "--max-tokens", "4", "--temperature", "0", "--logprobs", "2"],
-        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, env=dict(os.environ), check=False,
+        [
+            sys.executable,
+            "-m",
+            "gonka.mlnode.client",
+            "--target",
+            server.target,
+            "chat",
+            "Say hi",
+            "--max-tokens",
+            "4",
+            "--temperature",
+            "0",
+            "--logprobs",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+        env=dict(os.environ),
+        check=False,
     )
     assert completed.returncode == 0, completed.stderr
     token_lines = [line for line in completed.stdout.splitlines() if line.strip().startswith("token")]
@@ -153,8 +177,22 @@ def test_cli_client_streams_a_chat_with_logprobs(server) -> None:
 
 def test_cli_client_reports_server_errors(server) -> None:
     completed = subprocess.run(
-        [sys.executable, "-m", "gonka.mlnode.client", "--target", server.target, "complete", "hi", "--max-tokens", "-3"],
-        capture_output=True, text=True, timeout=120, cwd=REPO_ROOT, check=False,
+        [
+            sys.executable,
+            "-m",
+            "gonka.mlnode.client",
+            "--target",
+            server.target,
+            "complete",
+            "hi",
+            "--max-tokens",
+            "-3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO_ROOT,
+        check=False,
     )
     assert completed.returncode == 1
     assert "INVALID_ARGUMENT INVALID_FIELD (field sampling.max_tokens)" in completed.stderr

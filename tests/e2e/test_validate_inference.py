@@ -29,7 +29,9 @@ def executed(client: InferenceClient, mode: str = "processed", **overrides) -> t
 
 def item_of(request: pb.GenerateRequest, recorded: Generation, mode: str | None = None, **changes) -> vpb.InferenceItem:
     output = recorded.first
-    return inference_item(request, output.token_ids, output.logprobs.chain_top, threshold=THRESHOLD, mode=mode, **changes)
+    return inference_item(
+        request, output.token_ids, output.logprobs.chain_top, threshold=THRESHOLD, mode=mode, **changes
+    )
 
 
 def verdicts(client: InferenceClient, items: list[vpb.InferenceItem]) -> dict[int, vpb.ValidateInferenceResponse]:
@@ -45,7 +47,11 @@ def test_the_servers_own_outputs_pass_in_both_modes_stated_or_detected(client: I
         ("raw", "raw", dict(top_k=20, seed=12)),
         ("processed", None, dict(temperature=0.0)),
         ("raw", None, dict(top_p=0.9, seed=13)),
-        ("processed", "processed", dict(json_schema=SCHEMA, temperature=0.7, seed=14, token_ids=None, messages=[("user", "JSON please")])),
+        (
+            "processed",
+            "processed",
+            dict(json_schema=SCHEMA, temperature=0.7, seed=14, token_ids=None, messages=[("user", "JSON please")]),
+        ),
     ]
     items = []
     for mode, stated, overrides in cases:
@@ -74,11 +80,20 @@ def test_the_distance_is_the_consensus_cores_over_the_replays_lists(client: Infe
     tampered = [{token: value - 0.05 for token, value in top.items()} for top in recorded.first.logprobs.chain_top]
     item = inference_item(request, recorded.first.token_ids, tampered, threshold=THRESHOLD, mode="raw")
     verdict = verdicts(client, [item])[0].verdict
-    replay = client.generate(build_request(**dict(token_ids=PROMPT_IDS, max_tokens=20, temperature=0.99, seed=11, top_logprobs=5),
-                                           logprobs_mode="raw", chain_top_logprobs=True, enforced_token_ids=recorded.first.token_ids))
+    replay = client.generate(
+        build_request(
+            **dict(token_ids=PROMPT_IDS, max_tokens=20, temperature=0.99, seed=11, top_logprobs=5),
+            logprobs_mode="raw",
+            chain_top_logprobs=True,
+            enforced_token_ids=recorded.first.token_ids,
+        )
+    )
     # The executor's lists as the server received them (float32 on the wire).
     sent = item.positions
-    executor = [(token, dict(zip(sent.top_ids[i * 5 : i * 5 + 5], sent.top_logprobs[i * 5 : i * 5 + 5]))) for i, token in enumerate(sent.token_ids)]
+    executor = [
+        (token, dict(zip(sent.top_ids[i * 5 : i * 5 + 5], sent.top_logprobs[i * 5 : i * 5 + 5])))
+        for i, token in enumerate(sent.token_ids)
+    ]
     expected = sequence_distance(executor, list(zip(replay.first.token_ids, replay.first.logprobs.chain_top)), 5)
     assert verdict.distance == pytest.approx(expected, rel=1e-9, abs=1e-12) and verdict.distance > 0
 
@@ -95,16 +110,26 @@ def test_tampered_records_fail_with_the_reason_and_the_place(client: InferenceCl
         # Logprobs the model does not give: far apart.
         inference_item(request, tokens, inflated, threshold=THRESHOLD),
         # No top-k lists at all.
-        vpb.InferenceItem(request=request, positions=vpb.ExecutorPositions(token_ids=tokens, top_k=0), threshold=THRESHOLD),
+        vpb.InferenceItem(
+            request=request, positions=vpb.ExecutorPositions(token_ids=tokens, top_k=0), threshold=THRESHOLD
+        ),
         # Honest, for comparison.
         item_of(request, recorded),
     ]
     results = verdicts(client, items)
     stopped = results[0].verdict
-    assert (stopped.passed, stopped.failure, stopped.first_differing_position) == (False, vpb.INFERENCE_FAILURE_LENGTH_DIFFERS, 7)
+    assert (stopped.passed, stopped.failure, stopped.first_differing_position) == (
+        False,
+        vpb.INFERENCE_FAILURE_LENGTH_DIFFERS,
+        7,
+    )
     assert not stopped.HasField("replay_token_id") and stopped.executor_token_id == tokens[7]
     far = results[1].verdict
-    assert not far.passed and far.failure == vpb.INFERENCE_FAILURE_SIMILARITY_BELOW_THRESHOLD and far.similarity <= THRESHOLD
+    assert (
+        not far.passed
+        and far.failure == vpb.INFERENCE_FAILURE_SIMILARITY_BELOW_THRESHOLD
+        and far.similarity <= THRESHOLD
+    )
     assert results[2].verdict.failure == vpb.INFERENCE_FAILURE_EMPTY_TOP_K and not results[2].verdict.passed
     assert results[3].verdict.passed
 
@@ -124,14 +149,24 @@ def test_a_bad_item_gets_its_own_error_and_the_others_their_verdicts(client: Inf
     assert all(results[index].WhichOneof("outcome") == "error" for index in errors)
     assert (errors[0].code, errors[0].field) == ("INVALID_ARGUMENT", "threshold")
     assert (errors[2].reason, errors[2].field) == ("TOKEN_OUT_OF_VOCABULARY", "positions.token_ids[3]")
-    assert (errors[3].reason, errors[3].field, errors[3].retryable) == ("INVALID_FIELD", "request.sampling.top_p", False)
+    assert (errors[3].reason, errors[3].field, errors[3].retryable) == (
+        "INVALID_FIELD",
+        "request.sampling.top_p",
+        False,
+    )
 
 
 def test_an_executor_that_could_not_serve_what_this_node_serves_is_at_fault(client: InferenceClient) -> None:
-    servable = vpb.InferenceItem(request=build_request(token_ids=PROMPT_IDS, max_tokens=4), threshold=THRESHOLD, executor_could_not_serve=True)
-    unservable = vpb.InferenceItem(request=build_request(token_ids=[100] * 9000, max_tokens=4), threshold=THRESHOLD, executor_could_not_serve=True)
+    servable = vpb.InferenceItem(
+        request=build_request(token_ids=PROMPT_IDS, max_tokens=4), threshold=THRESHOLD, executor_could_not_serve=True
+    )
+    unservable = vpb.InferenceItem(
+        request=build_request(token_ids=[100] * 9000, max_tokens=4), threshold=THRESHOLD, executor_could_not_serve=True
+    )
     results = verdicts(client, [servable, unservable])
-    assert results[0].verdict.failure == vpb.INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE and not results[0].verdict.passed
+    assert (
+        results[0].verdict.failure == vpb.INFERENCE_FAILURE_EXECUTOR_COULD_NOT_SERVE and not results[0].verdict.passed
+    )
     assert results[1].verdict.passed  # nobody can serve a prompt longer than the context
 
 

@@ -29,7 +29,13 @@ class MinedRound:
 def mine(client: InferenceClient, batch_count: int) -> MinedRound:
     model = client.model_info().served_model_name
     started = client.poc.start_round(
-        block_hash=BLOCK_HASH, public_key=PUBLIC_KEY, model=model, seq_len=SEQ_LEN, k_dim=K, batch_size=BATCH_SIZE, timeout=120
+        block_hash=BLOCK_HASH,
+        public_key=PUBLIC_KEY,
+        model=model,
+        seq_len=SEQ_LEN,
+        k_dim=K,
+        batch_size=BATCH_SIZE,
+        timeout=120,
     )
     try:
         batches = _first_batches(client, started.round_id, batch_count)

@@ -14,11 +14,16 @@ TOLERANCE = 0.02
 MINED_BATCHES = 2
 
 
-def test_a_rounds_artifacts_equal_the_cpu_reference(reference_client: InferenceClient, reference_model: ServedModel) -> None:
+def test_a_rounds_artifacts_equal_the_cpu_reference(
+    reference_client: InferenceClient, reference_model: ServedModel
+) -> None:
     mined = mine(reference_client, MINED_BATCHES)
     rows = [row for batch in mined.batches for row in decode_batch(batch)]
     assert len(rows) == MINED_BATCHES * BATCH_SIZE
     reference = HfPocReference(reference_model.model_dir)
-    distances = {nonce: l2_distance(vector, reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, SEQ_LEN, K)) for nonce, vector in rows}
+    distances = {
+        nonce: l2_distance(vector, reference.vector(BLOCK_HASH, PUBLIC_KEY, nonce, SEQ_LEN, K))
+        for nonce, vector in rows
+    }
     print(f"{len(rows)} artifacts vs the CPU reference: max L2 {max(distances.values()):.4g}")
     assert max(distances.values()) <= TOLERANCE, distances

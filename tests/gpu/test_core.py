@@ -21,7 +21,10 @@ TOP_K = 5  # the network's top_logprobs
 # Bounded, so that even random weights reach the end of it.
 SCHEMA = {
     "type": "object",
-    "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
     "required": ["name", "age"],
     "additionalProperties": False,
 }
@@ -34,7 +37,13 @@ MINED_BATCHES = 3
 def test_generate_streams_tokens_with_top5_logprobs(client: InferenceClient) -> None:
     generation = Generation()
     for response in client.stream(
-        token_ids=PROMPT_IDS, max_tokens=32, temperature=1.0, seed=7, top_logprobs=TOP_K, ignore_eos=True, max_tokens_per_message=4
+        token_ids=PROMPT_IDS,
+        max_tokens=32,
+        temperature=1.0,
+        seed=7,
+        top_logprobs=TOP_K,
+        ignore_eos=True,
+        max_tokens_per_message=4,
     ):
         generation.add(response)
     output = generation.first
@@ -56,8 +65,13 @@ def test_generate_streams_tokens_with_top5_logprobs(client: InferenceClient) -> 
 def structured(client: InferenceClient) -> tuple[pb.GenerateRequest, Generation]:
     """A seeded JSON-schema generation as an executor serves and records it (the chain's top-5 lists)."""
     fields = dict(
-        messages=[("user", "Describe a person as JSON.")], json_schema=json.dumps(SCHEMA), max_tokens=200,
-        temperature=0.7, seed=14, top_logprobs=TOP_K, include_text=True,
+        messages=[("user", "Describe a person as JSON.")],
+        json_schema=json.dumps(SCHEMA),
+        max_tokens=200,
+        temperature=0.7,
+        seed=14,
+        top_logprobs=TOP_K,
+        include_text=True,
     )
     return build_request(**fields), client.generate(build_request(**fields, chain_top_logprobs=True))
 
@@ -105,11 +119,19 @@ def test_the_rounds_own_artifacts_pass_validate_poc_artifacts(client: InferenceC
     claims = [claim for batch in mined.batches for claim in batch_b64(batch)]
     responses = list(
         client.poc.validate_poc_artifacts(
-            claims=claims, block_hash=BLOCK_HASH, public_key=PUBLIC_KEY, model=mined.model, seq_len=SEQ_LEN, k_dim=K,
-            timeout=300, **POC_STAT_TEST,
+            claims=claims,
+            block_hash=BLOCK_HASH,
+            public_key=PUBLIC_KEY,
+            model=mined.model,
+            seq_len=SEQ_LEN,
+            k_dim=K,
+            timeout=300,
+            **POC_STAT_TEST,
         )
     )
-    distances = [distance for response in responses if response.HasField("progress") for distance in response.progress.distances]
+    distances = [
+        distance for response in responses if response.HasField("progress") for distance in response.progress.distances
+    ]
     summary = responses[-1].summary
     print(f"{len(claims)} artifacts recomputed: max L2 {max(distances):.4g}")
     assert responses[-1].HasField("summary") and len(distances) == len(claims)

@@ -26,8 +26,8 @@ def test_routed_experts_match_vllms_triton_experts(shape: tuple[int, int, int, i
     torch.manual_seed(0)
     cuda = {"dtype": torch.bfloat16, "device": "cuda"}
     x = torch.randn(tokens, hidden, **cuda) * 0.5
-    w1 = torch.randn(experts, 2 * width, hidden, **cuda) * hidden ** -0.5
-    w2 = torch.randn(experts, hidden, width, **cuda) * width ** -0.5
+    w1 = torch.randn(experts, 2 * width, hidden, **cuda) * hidden**-0.5
+    w2 = torch.randn(experts, hidden, width, **cuda) * width**-0.5
     weights, ids = torch.softmax(torch.randn(tokens, experts, device="cuda"), -1).topk(top_k)
     topk_ids, topk_weights = ids.to(torch.int32), (weights / weights.sum(-1, keepdim=True)).float()
 

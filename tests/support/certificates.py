@@ -55,7 +55,9 @@ class _Authority:
         )
         return cls(name, key, builder.sign(key, hashes.SHA256()))
 
-    def issue(self, common_name: str, usage: x509.ObjectIdentifier, san: x509.SubjectAlternativeName | None = None) -> tuple[bytes, bytes]:
+    def issue(
+        self, common_name: str, usage: x509.ObjectIdentifier, san: x509.SubjectAlternativeName | None = None
+    ) -> tuple[bytes, bytes]:
         """A leaf certificate and its key, as PEM."""
         key = ec.generate_private_key(ec.SECP256R1())
         builder = (
@@ -74,7 +76,8 @@ def make_certificates(directory: Path) -> CertificateFiles:
     directory.mkdir(parents=True, exist_ok=True)
     authority = _Authority.create("mlnode test CA")
     server_san = x509.SubjectAlternativeName(
-        [x509.DNSName(name) for name in SERVER_NAMES] + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVER_ADDRESSES]
+        [x509.DNSName(name) for name in SERVER_NAMES]
+        + [x509.IPAddress(ipaddress.ip_address(ip)) for ip in SERVER_ADDRESSES]
     )
     server = authority.issue("mlnode test server", ExtendedKeyUsageOID.SERVER_AUTH, server_san)
     client = authority.issue("mlnode test client", ExtendedKeyUsageOID.CLIENT_AUTH)
@@ -133,7 +136,9 @@ def _key_usage(cert_sign: bool) -> x509.KeyUsage:
 
 
 def _private_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 if __name__ == "__main__":

@@ -45,7 +45,9 @@ class HfPocReference:
         # serves the same weights in it.
         declared = getattr(config, "dtype", None) or config.torch_dtype
         self.dtype: torch.dtype = declared if isinstance(declared, torch.dtype) else getattr(torch, str(declared))
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=self.dtype, attn_implementation=attention)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            str(model_dir), dtype=self.dtype, attn_implementation=attention
+        )
         self.model.eval()
         if config.model_type == "minimax_m2":
             _route_in_float32(self.model, Path(model_dir))
@@ -66,17 +68,23 @@ class HfPocReference:
         """The artifact of one nonce: float16 [k]. `reflect_layers=False` is the plain forward, a negative
         control: the tests use it to show their tolerance tells a forward without reflections apart. `reflection`:
         the arithmetic of one reflection (benchmarks/reflection_order_bench.py compares rounding orders)."""
-        inputs = inputs_for_nonce(block_hash, public_key, nonce, seq_len, self.hidden, dtype=self.dtype, stronger_rng=stronger_rng)
+        inputs = inputs_for_nonce(
+            block_hash, public_key, nonce, seq_len, self.hidden, dtype=self.dtype, stronger_rng=stronger_rng
+        )
         last_hidden = self.last_hidden(block_hash, inputs, reflect_layers, reflection)
         vectors = head_vectors(last_hidden.float().unsqueeze(0), block_hash, public_key, [nonce], k)
         return vectors[0].numpy()
 
-    def last_hidden(self, block_hash: str, inputs: torch.Tensor, reflect_layers: bool = True, reflection: Reflection = reflect) -> torch.Tensor:
+    def last_hidden(
+        self, block_hash: str, inputs: torch.Tensor, reflect_layers: bool = True, reflection: Reflection = reflect
+    ) -> torch.Tensor:
         """[H] last-token hidden state after the final norm, with the per-layer reflections applied."""
         # Global layer indices 0..L-1 (this reference is never pipeline-split).
         vectors = layer_vectors(block_hash, range(self.num_layers), self.hidden, dtype=self.dtype)
         layers = self.model.model.layers if reflect_layers else []
-        handles = [layer.register_forward_hook(_reflecting(vectors[index], reflection)) for index, layer in enumerate(layers)]
+        handles = [
+            layer.register_forward_hook(_reflecting(vectors[index], reflection)) for index, layer in enumerate(layers)
+        ]
         try:
             with torch.inference_mode():
                 # Default positions 0..S-1, one sequence, no cache: poc-v2.md section 3.
@@ -98,7 +106,9 @@ def _route_in_float32(model: Any, model_dir: Path) -> None:
     with safe_open(str(model_dir / "model.safetensors"), framework="pt") as checkpoint:
         for index, layer in enumerate(model.model.layers):
             layer.mlp.gate.float()
-            layer.mlp.e_score_correction_bias = checkpoint.get_tensor(f"model.layers.{index}.block_sparse_moe.e_score_correction_bias").float()
+            layer.mlp.e_score_correction_bias = checkpoint.get_tensor(
+                f"model.layers.{index}.block_sparse_moe.e_score_correction_bias"
+            ).float()
 
 
 def _reflecting(vector: torch.Tensor, reflection: Reflection) -> Any:
@@ -123,7 +133,9 @@ def decode_batch_vectors(nonces: Iterable[int], vectors: bytes, k: int) -> list[
     nonce_list = list(nonces)
     flat = np.frombuffer(vectors, dtype="<f2")
     if flat.size != len(nonce_list) * k:
-        raise ValueError(f"batch of {len(nonce_list)} nonces carries {flat.size} float16 values, expected {len(nonce_list) * k}")
+        raise ValueError(
+            f"batch of {len(nonce_list)} nonces carries {flat.size} float16 values, expected {len(nonce_list) * k}"
+        )
     rows = flat.reshape(len(nonce_list), k)
     return [(nonce, rows[i].copy()) for i, nonce in enumerate(nonce_list)]
 
@@ -155,7 +167,9 @@ def artifacts_request(
     return request
 
 
-def compute_batches(stub: poc_pb2_grpc.PocServiceStub, request: poc_pb2.ComputeArtifactsRequest) -> list[poc_pb2.ArtifactBatch]:
+def compute_batches(
+    stub: poc_pb2_grpc.PocServiceStub, request: poc_pb2.ComputeArtifactsRequest
+) -> list[poc_pb2.ArtifactBatch]:
     return [response.batch for response in stub.ComputeArtifacts(request, timeout=RPC_TIMEOUT)]
 
 
@@ -168,7 +182,9 @@ def rows_of(batches: Iterable[poc_pb2.ArtifactBatch], k: int) -> list[tuple[int,
     return rows
 
 
-def one_forward(stub: poc_pb2_grpc.PocServiceStub, request: poc_pb2.ComputeArtifactsRequest) -> list[tuple[int, np.ndarray]]:
+def one_forward(
+    stub: poc_pb2_grpc.PocServiceStub, request: poc_pb2.ComputeArtifactsRequest
+) -> list[tuple[int, np.ndarray]]:
     """The vectors of the request's nonces, which must have come back as exactly ONE batch of exactly those
     nonces in that order: a test then knows which nonces shared the forward (the server would split a batch
     when KV blocks are short, or send several when batch_size is smaller than the list)."""

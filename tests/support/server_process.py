@@ -34,8 +34,10 @@ MAX_TOKENS_PER_STEP = 2048
 # servers and every test of what the engine computes keep the production configuration.
 SERVER_LAYER_FLAGS = ["--enforce-eager", "--poc-forward", "eager"]
 SHARED_SERVER_FLAGS = [
-    "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}',
-    "--max-num-batched-tokens", str(MAX_TOKENS_PER_STEP),
+    "--structured-outputs-config",
+    '{"backend": "xgrammar", "disable_any_whitespace": true}',
+    "--max-num-batched-tokens",
+    str(MAX_TOKENS_PER_STEP),
     "--enable-prefix-caching",
 ]
 
@@ -183,7 +185,9 @@ def wait_until_serving(
         health = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             if server.process.poll() is not None:
-                raise RuntimeError(f"server exited with {server.process.returncode} during startup:\n{server.log_tail()}")
+                raise RuntimeError(
+                    f"server exited with {server.process.returncode} during startup:\n{server.log_tail()}"
+                )
             try:
                 status = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1.0).status
                 if status == health_pb2.HealthCheckResponse.SERVING:

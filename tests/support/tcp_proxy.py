@@ -42,7 +42,9 @@ class TcpProxy:
     def __enter__(self) -> "TcpProxy":
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         self.close()
 
     def _accept(self) -> None:

@@ -16,7 +16,11 @@ def test_streams_beyond_the_bound_are_refused_until_one_ends() -> None:
             with admission.stream():
                 pass
         error = refused.value
-        assert (error.code, error.reason_name, error.retry_after_seconds) == (grpc.StatusCode.RESOURCE_EXHAUSTED, "TOO_MANY_STREAMS", 1.0)
+        assert (error.code, error.reason_name, error.retry_after_seconds) == (
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            "TOO_MANY_STREAMS",
+            1.0,
+        )
         assert "--max-concurrent-streams" in error.message
     with admission.stream():
         pass  # both slots came back, the refused attempt took none

@@ -89,8 +89,12 @@ async def _echo_stream(request: bytes, context: grpc.aio.ServicerContext) -> Any
 def _stand_in_handlers() -> list[grpc.GenericRpcHandler]:
     unary, stream = grpc.unary_unary_rpc_method_handler(_echo), grpc.unary_stream_rpc_method_handler(_echo_stream)
     return [
-        grpc.method_handlers_generic_handler("gonka.mlnode.v1.PocService", {"StartRound": unary, "SubscribeArtifacts": stream}),
-        grpc.method_handlers_generic_handler("gonka.mlnode.v1.InferenceService", {"Abort": unary, "GetModelInfo": unary}),
+        grpc.method_handlers_generic_handler(
+            "gonka.mlnode.v1.PocService", {"StartRound": unary, "SubscribeArtifacts": stream}
+        ),
+        grpc.method_handlers_generic_handler(
+            "gonka.mlnode.v1.InferenceService", {"Abort": unary, "GetModelInfo": unary}
+        ),
         grpc.method_handlers_generic_handler("grpc.health.v1.Health", {"Check": unary}),
     ]
 
@@ -110,7 +114,9 @@ async def _calls(port: int, metadata: tuple) -> dict[str, str]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         for method in ("PocService/StartRound", "InferenceService/Abort", "InferenceService/GetModelInfo"):
             try:
-                outcomes[method] = (await channel.unary_unary(f"/gonka.mlnode.v1.{method}")(b"hi", metadata=metadata)).decode()
+                outcomes[method] = (
+                    await channel.unary_unary(f"/gonka.mlnode.v1.{method}")(b"hi", metadata=metadata)
+                ).decode()
             except grpc.aio.AioRpcError as error:
                 outcomes[method] = f"{error.code().name} {_reason(error)}"
         try:
@@ -118,7 +124,9 @@ async def _calls(port: int, metadata: tuple) -> dict[str, str]:
             outcomes["PocService/SubscribeArtifacts"] = ",".join([message.decode() async for message in call])
         except grpc.aio.AioRpcError as error:
             outcomes["PocService/SubscribeArtifacts"] = f"{error.code().name} {_reason(error)}"
-        outcomes["Health/Check"] = (await channel.unary_unary("/grpc.health.v1.Health/Check")(b"ok", metadata=metadata)).decode()
+        outcomes["Health/Check"] = (
+            await channel.unary_unary("/grpc.health.v1.Health/Check")(b"ok", metadata=metadata)
+        ).decode()
     return outcomes
 
 
@@ -139,7 +147,9 @@ def test_the_interceptor_refuses_protected_methods_of_either_shape_and_passes_th
 
     missing, wrong, right = asyncio.run(scenario())
     refused = {"PocService/StartRound", "PocService/SubscribeArtifacts", "InferenceService/Abort"}
-    assert {method for method, outcome in missing.items() if outcome == "UNAUTHENTICATED AUTH_TOKEN_REQUIRED"} == refused
+    assert {
+        method for method, outcome in missing.items() if outcome == "UNAUTHENTICATED AUTH_TOKEN_REQUIRED"
+    } == refused
     assert {method for method, outcome in wrong.items() if outcome == "UNAUTHENTICATED AUTH_TOKEN_INVALID"} == refused
     assert missing["InferenceService/GetModelInfo"] == wrong["InferenceService/GetModelInfo"] == "hi"
     assert missing["Health/Check"] == "ok"

@@ -30,7 +30,9 @@ ROWS = np.array([[1.0, -2.5, 0.099975586, 65504.0], [-0.0, 3.0e-7, 7.25, -1.0]],
 
 
 def little_endian_batch(rows: np.ndarray, nonces: list[int], sequence: int = 1) -> poc_pb2.ArtifactBatch:
-    return poc_pb2.ArtifactBatch(sequence=sequence, nonces=nonces, vectors=rows.astype("<f2").tobytes(), k_dim=rows.shape[1])
+    return poc_pb2.ArtifactBatch(
+        sequence=sequence, nonces=nonces, vectors=rows.astype("<f2").tobytes(), k_dim=rows.shape[1]
+    )
 
 
 # --- artifact codec ---------------------------------------------------------------------------
@@ -49,7 +51,10 @@ def test_a_batch_decodes_to_its_nonces_and_float16_vectors() -> None:
 def test_the_base64_form_is_each_rows_little_endian_bytes() -> None:
     batch = little_endian_batch(ROWS, [5, 11])
     pairs = batch_b64(batch)
-    assert pairs == [(5, base64.b64encode(ROWS[0].astype("<f2").tobytes()).decode()), (11, base64.b64encode(ROWS[1].astype("<f2").tobytes()).decode())]
+    assert pairs == [
+        (5, base64.b64encode(ROWS[0].astype("<f2").tobytes()).decode()),
+        (11, base64.b64encode(ROWS[1].astype("<f2").tobytes()).decode()),
+    ]
     # Little-endian on the wire whatever the host: 1.0 is 0x3C00, so its bytes are 00 3C.
     assert base64.b64decode(pairs[0][1])[:2] == b"\x00\x3c"
     for (_, text), row in zip(pairs, ROWS):
@@ -116,7 +121,10 @@ def test_the_client_package_imports_no_engine_or_server_code() -> None:
     """The client must install and run without the server: no engine_ext, server, torch or vllm."""
     engine_side = {"engine_ext", "server", "torch", "vllm"}
     scanned = sorted((REPO_ROOT / "clients" / "python" / "gonka").rglob("*.py"))
-    offenders = {str(path.relative_to(REPO_ROOT)): sorted(m for m in imported_modules(path) if m.split(".")[0] in engine_side) for path in scanned}
+    offenders = {
+        str(path.relative_to(REPO_ROOT)): sorted(m for m in imported_modules(path) if m.split(".")[0] in engine_side)
+        for path in scanned
+    }
     assert {path: modules for path, modules in offenders.items() if modules} == {}
     assert any(path.name == "artifacts.py" for path in scanned)
 
@@ -129,27 +137,63 @@ def test_unset_round_parameters_stay_unset_for_the_servers_defaults() -> None:
     assert not request.params.HasField("k_dim") and not request.HasField("batch_size")
     assert (request.node_count, request.group_count, request.stronger_rng, request.callback_url) == (0, 0, False, "")
     request = start_round_request(
-        block_hash="h", public_key="k", model="m", seq_len=64, k_dim=8, batch_size=4, node_id=1, node_count=3, group_id=1, group_count=2
+        block_hash="h",
+        public_key="k",
+        model="m",
+        seq_len=64,
+        k_dim=8,
+        batch_size=4,
+        node_id=1,
+        node_count=3,
+        group_id=1,
+        group_count=2,
     )
-    assert (request.params.k_dim, request.batch_size, request.node_id, request.node_count, request.group_id, request.group_count) == (8, 4, 1, 3, 1, 2)
+    assert (
+        request.params.k_dim,
+        request.batch_size,
+        request.node_id,
+        request.node_count,
+        request.group_id,
+        request.group_count,
+    ) == (8, 4, 1, 3, 1, 2)
     compute = compute_artifacts_request(block_hash="h", public_key="k", model="m", seq_len=64, nonces=range(3))
-    assert list(compute.nonces) == [0, 1, 2] and not compute.HasField("batch_size") and not compute.params.HasField("k_dim")
+    assert (
+        list(compute.nonces) == [0, 1, 2]
+        and not compute.HasField("batch_size")
+        and not compute.params.HasField("k_dim")
+    )
 
 
 def test_claims_travel_as_base64_or_as_bytes_and_thresholds_are_present() -> None:
     request = validate_poc_request(
-        block_hash="h", public_key="k", model="m", seq_len=64, claims=[(1, "AQI="), (2, b"\x03\x04")],
-        dist_threshold=0.0, p_mismatch=0.1, p_value_threshold=0.05,
+        block_hash="h",
+        public_key="k",
+        model="m",
+        seq_len=64,
+        claims=[(1, "AQI="), (2, b"\x03\x04")],
+        dist_threshold=0.0,
+        p_mismatch=0.1,
+        p_value_threshold=0.05,
     )
     assert [claim.WhichOneof("vector") for claim in request.artifacts] == ["vector_b64", "vector_f16"]
     assert request.artifacts[1].vector_f16 == b"\x03\x04"
     # 0.0 is a real threshold: it must be sent as present, not dropped as proto3's default.
     assert request.stat_test.HasField("dist_threshold") and request.stat_test.dist_threshold == 0.0
     with pytest.raises(TypeError, match="nonce 3"):
-        validate_poc_request(block_hash="h", public_key="k", model="m", seq_len=64, claims=[(3, [1.0])],
-                             dist_threshold=0.2, p_mismatch=0.1, p_value_threshold=0.05)
+        validate_poc_request(
+            block_hash="h",
+            public_key="k",
+            model="m",
+            seq_len=64,
+            claims=[(3, [1.0])],
+            dist_threshold=0.2,
+            p_mismatch=0.1,
+            p_value_threshold=0.05,
+        )
     with pytest.raises(TypeError):
-        validate_poc_request(block_hash="h", public_key="k", model="m", seq_len=64, claims=[], dist_threshold=0.2, p_mismatch=0.1)  # type: ignore[call-arg]
+        validate_poc_request(
+            block_hash="h", public_key="k", model="m", seq_len=64, claims=[], dist_threshold=0.2, p_mismatch=0.1
+        )  # type: ignore[call-arg]
 
 
 # --- resuming a subscription ------------------------------------------------------------------
@@ -164,20 +208,29 @@ def test_the_cursor_resumes_after_the_last_batch_on_the_same_round() -> None:
     cursor.saw(poc_pb2.SubscribeArtifactsResponse(round_id="r1", batch=poc_pb2.ArtifactBatch(sequence=7)))
     assert (cursor.round_id, cursor.after_sequence) == ("r1", 7)
     # Past a lost range, so a resume is not told of the same loss again.
-    cursor.saw(poc_pb2.SubscribeArtifactsResponse(round_id="r1", lost=poc_pb2.ArtifactsLost(first_missing_sequence=8, last_missing_sequence=12)))
+    cursor.saw(
+        poc_pb2.SubscribeArtifactsResponse(
+            round_id="r1", lost=poc_pb2.ArtifactsLost(first_missing_sequence=8, last_missing_sequence=12)
+        )
+    )
     assert cursor.after_sequence == 12
 
 
 def test_retries_are_bounded_per_outage_and_only_for_dropped_connections() -> None:
     attempts: list[int] = []
-    cursor = SubscriptionCursor("r1", 0, max_retries=2, retry_delay=0.5, on_retry=lambda error, attempt: attempts.append(attempt))
+    cursor = SubscriptionCursor(
+        "r1", 0, max_retries=2, retry_delay=0.5, on_retry=lambda error, attempt: attempts.append(attempt)
+    )
     assert [cursor.retry_delay(dropped()), cursor.retry_delay(ended_without_end())] == [0.5, 1.0]
     with pytest.raises(ServerError):
         cursor.retry_delay(dropped())
     cursor.saw(poc_pb2.SubscribeArtifactsResponse(round_id="r1", batch=poc_pb2.ArtifactBatch(sequence=1)))
     assert cursor.retry_delay(dropped()) == 0.5  # a message in between starts a new outage
     assert attempts == [1, 2, 1]
-    for error in (dropped("SHUTTING_DOWN"), ServerError(grpc.StatusCode.NOT_FOUND, "no round", reason="ROUND_NOT_FOUND")):
+    for error in (
+        dropped("SHUTTING_DOWN"),
+        ServerError(grpc.StatusCode.NOT_FOUND, "no round", reason="ROUND_NOT_FOUND"),
+    ):
         with pytest.raises(ServerError) as raised:
             cursor.retry_delay(error)
         assert raised.value is error
@@ -191,8 +244,18 @@ THRESHOLDS = ["--dist-threshold", "0.02", "--p-mismatch", "0.1", "--p-value-thre
 
 def test_round_commands_parse_with_server_defaults_left_unset() -> None:
     parser = build_parser()
-    args = parser.parse_args(["--target", "node:1", "round", "start", *ARTIFACT_FLAGS, "--node-id", "1", "--node-count", "3", "--json"])
-    assert (args.command, args.round_action, args.block_hash, args.seq_len, args.node_id, args.node_count, args.json) == ("round", "start", "h", 64, 1, 3, True)
+    args = parser.parse_args(
+        ["--target", "node:1", "round", "start", *ARTIFACT_FLAGS, "--node-id", "1", "--node-count", "3", "--json"]
+    )
+    assert (
+        args.command,
+        args.round_action,
+        args.block_hash,
+        args.seq_len,
+        args.node_id,
+        args.node_count,
+        args.json,
+    ) == ("round", "start", "h", 64, 1, 3, True)
     assert (args.model, args.k_dim, args.batch_size, args.group_count) == (None, None, None, None)
     args = parser.parse_args(["round", "stop", "--round-id", "abc"])
     assert (args.round_action, args.round_id, args.json) == ("stop", "abc", False)
@@ -205,14 +268,17 @@ def test_compute_takes_nonces_and_inclusive_ranges() -> None:
     assert args.batch_size == 8 and wants_progress(args)
 
 
-@pytest.mark.parametrize("argv", [
-    ["compute", *ARTIFACT_FLAGS, "5..3"],
-    ["compute", *ARTIFACT_FLAGS, "x"],
-    ["compute", "--block-hash", "h", "--public-key", "k", "1"],  # no --seq-len
-    ["round", "start", "--block-hash", "h", "--seq-len", "64"],  # no --public-key
-    ["subscribe", "--after-sequence", "-1"],
-    ["round"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["compute", *ARTIFACT_FLAGS, "5..3"],
+        ["compute", *ARTIFACT_FLAGS, "x"],
+        ["compute", "--block-hash", "h", "--public-key", "k", "1"],  # no --seq-len
+        ["round", "start", "--block-hash", "h", "--seq-len", "64"],  # no --public-key
+        ["subscribe", "--after-sequence", "-1"],
+        ["round"],
+    ],
+)
 def test_bad_poc_arguments_are_usage_errors(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         build_parser().parse_args(argv)
@@ -220,17 +286,24 @@ def test_bad_poc_arguments_are_usage_errors(argv: list[str], capsys: pytest.Capt
     assert "error:" in capsys.readouterr().err
 
 
-def test_validate_poc_reads_claims_from_a_file_or_stdin(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+def test_validate_poc_reads_claims_from_a_file_or_stdin(
+    tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     pairs = [(4, "AQI="), (10, "AwQ=")]
     path = tmp_path / "claims.json"
     path.write_text(json.dumps(claims_to_json(pairs)))
     parser = build_parser()
     args = parser.parse_args(["validate-poc", str(path), *ARTIFACT_FLAGS, *THRESHOLDS, "--json"])
     assert args.claims == pairs and (args.dist_threshold, args.p_mismatch, args.p_value_threshold) == (0.02, 0.1, 0.05)
-    assert not wants_progress(args) and wants_progress(parser.parse_args(["validate-poc", str(path), *ARTIFACT_FLAGS, *THRESHOLDS, "--json", "--progress"]))
+    assert not wants_progress(args) and wants_progress(
+        parser.parse_args(["validate-poc", str(path), *ARTIFACT_FLAGS, *THRESHOLDS, "--json", "--progress"])
+    )
     monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps(claims_to_json(pairs[:1]))))
     assert parser.parse_args(["validate-poc", *ARTIFACT_FLAGS, *THRESHOLDS]).claims == pairs[:1]
-    for argv in (["validate-poc", str(path), *ARTIFACT_FLAGS], ["validate-poc", str(tmp_path / "missing.json"), *ARTIFACT_FLAGS, *THRESHOLDS]):
+    for argv in (
+        ["validate-poc", str(path), *ARTIFACT_FLAGS],
+        ["validate-poc", str(tmp_path / "missing.json"), *ARTIFACT_FLAGS, *THRESHOLDS],
+    ):
         with pytest.raises(SystemExit):
             parser.parse_args(argv)
     assert "cannot read" in capsys.readouterr().err

@@ -32,9 +32,22 @@ def test_presence_of_zero_values_is_kept() -> None:
 
 def test_a_generation_is_assembled_from_its_messages() -> None:
     generation = Generation()
-    batch = pb.TokenBatch(ids=[1, 2], logprobs=[-0.1, -0.2], ranks=[1, 2], top_k=2, top_ids=[1, 3, 4, 2], top_logprobs=[-0.1, -1, -0.15, -0.2])
+    batch = pb.TokenBatch(
+        ids=[1, 2],
+        logprobs=[-0.1, -0.2],
+        ranks=[1, 2],
+        top_k=2,
+        top_ids=[1, 3, 4, 2],
+        top_logprobs=[-0.1, -1, -0.15, -0.2],
+    )
     generation.add(pb.GenerateResponse(request_id="r", tokens=batch, text="ab"))
-    generation.add(pb.GenerateResponse(request_id="r", tokens=pb.TokenBatch(ids=[3]), finish=pb.Finish(reason=pb.FINISH_REASON_STOP, stop_token_id=3)))
+    generation.add(
+        pb.GenerateResponse(
+            request_id="r",
+            tokens=pb.TokenBatch(ids=[3]),
+            finish=pb.Finish(reason=pb.FINISH_REASON_STOP, stop_token_id=3),
+        )
+    )
     output = generation.first
     assert (output.token_ids, output.text, output.finish_reason, output.stop_reason) == ([1, 2, 3], "ab", "stop", 3)
     assert output.logprobs.top_ids == [[1, 3], [4, 2]] and generation.finished

@@ -40,7 +40,9 @@ def buf() -> None:
         installed = buf_tool.installed_version()
     except BufMissing as error:
         pytest.fail(str(error))
-    assert installed == buf_tool.pinned_version(), f"buf {installed} is installed, requirements/buf pins {buf_tool.pinned_version()}: run `make buf`"
+    assert installed == buf_tool.pinned_version(), (
+        f"buf {installed} is installed, requirements/buf pins {buf_tool.pinned_version()}: run `make buf`"
+    )
 
 
 def copy_of_module(destination: Path) -> Path:
@@ -63,7 +65,9 @@ def edit(module: Path, relative: str, old: str, new: str) -> None:
 
 def test_buf_lint_passes(buf: None) -> None:
     findings = buf_tool.lint()
-    assert not findings, "buf lint (protos/buf.yaml):\n" + "\n".join(f"{f.path}:{f.line}: {f.rule}: {f.message}" for f in findings)
+    assert not findings, "buf lint (protos/buf.yaml):\n" + "\n".join(
+        f"{f.path}:{f.line}: {f.rule}: {f.message}" for f in findings
+    )
 
 
 def test_buf_lint_requires_a_comment_on_every_field(buf: None, tmp_path: Path) -> None:
@@ -93,7 +97,9 @@ def test_a_deleted_field_is_reported_and_passes_only_once_declared(buf: None, tm
     base = Base(REPO_ROOT, "0" * 40, "a test")
     undeclared = judge(base, findings, [])
     assert not undeclared.passed and "FIELD_NO_DELETE" in undeclared.report()
-    (declared,) = declarations_from(entry_for(findings[0]).replace('reason = ""', 'reason = "no client sets it"'), tmp_path)
+    (declared,) = declarations_from(
+        entry_for(findings[0]).replace('reason = ""', 'reason = "no client sets it"'), tmp_path
+    )
     assert judge(base, findings, [declared]).passed
     # A declaration whose break is not reported (an earlier commit's) fails the check too.
     stale = judge(base, [], [declared])
@@ -119,7 +125,9 @@ def declarations_from(text: str, tmp_path: Path) -> list[Declaration]:
 
 def git(repo: Path, *args: str) -> str:
     identity = ("-c", "user.name=test", "-c", "user.email=test@example.invalid", "-c", "commit.gpgsign=false")
-    return subprocess.run(["git", *identity, "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+    return subprocess.run(
+        ["git", *identity, "-C", str(repo), *args], capture_output=True, text=True, check=True
+    ).stdout.strip()
 
 
 def repository(tmp_path: Path, commits: int) -> Path:
@@ -161,7 +169,9 @@ def test_the_first_commit_has_no_previous_contract(tmp_path: Path) -> None:
 def test_a_shallow_clone_without_the_parent_fails_saying_what_to_do(tmp_path: Path) -> None:
     origin = repository(tmp_path, 2)
     clone = tmp_path / "clone"
-    subprocess.run(["git", "clone", "-q", "--depth", "1", f"file://{origin}", str(clone)], check=True, capture_output=True)
+    subprocess.run(
+        ["git", "clone", "-q", "--depth", "1", f"file://{origin}", str(clone)], check=True, capture_output=True
+    )
     with pytest.raises(ContractBaseError, match="shallow clone.*git fetch --deepen=1"):
         previous_contract(clone)
 
@@ -222,7 +232,9 @@ def test_a_stale_record_is_refused(current: Record, digest: str, previous: Recor
         (Record(1, OLD.digest), NEW_DIGEST, None, Record(1, NEW_DIGEST)),  # the first record
     ],
 )
-def test_make_contract_writes_a_record_the_check_accepts(current: Record, digest: str, previous: Record | None, written: Record) -> None:
+def test_make_contract_writes_a_record_the_check_accepts(
+    current: Record, digest: str, previous: Record | None, written: Record
+) -> None:
     assert rewritten(current, digest, previous) == written
     assert problems(written, digest, previous) == []
 
@@ -234,7 +246,9 @@ def test_the_record_is_rewritten_in_place(tmp_path: Path) -> None:
     write_record(path, Record(77, NEW_DIGEST))
     assert read_record(path.read_text()) == Record(77, NEW_DIGEST)
     untouched = [line for line in original.splitlines() if not line.startswith(("REVISION = ", "DIGEST = "))]
-    assert [line for line in path.read_text().splitlines() if not line.startswith(("REVISION = ", "DIGEST = "))] == untouched
+    assert [
+        line for line in path.read_text().splitlines() if not line.startswith(("REVISION = ", "DIGEST = "))
+    ] == untouched
 
 
 def test_the_digest_follows_the_descriptors_not_their_order() -> None:

@@ -38,9 +38,17 @@ def minimax_router() -> tuple[MiniMaxM2TopKRouter, torch.Tensor, torch.Tensor]:
 def vllm_call(select_experts, logits: torch.Tensor, bias: torch.Tensor | None, hidden: torch.Tensor):
     """As vLLM's CPU experts call it for MiniMax-M2's FusedMoE (scoring_func sigmoid, renormalize, no groups)."""
     return select_experts(
-        hidden_states=hidden, router_logits=logits, top_k=TOP_K, use_grouped_topk=False, renormalize=True,
-        topk_group=None, num_expert_group=None, custom_routing_function=None, scoring_func="sigmoid",
-        routed_scaling_factor=1.0, e_score_correction_bias=bias,
+        hidden_states=hidden,
+        router_logits=logits,
+        top_k=TOP_K,
+        use_grouped_topk=False,
+        renormalize=True,
+        topk_group=None,
+        num_expert_group=None,
+        custom_routing_function=None,
+        scoring_func="sigmoid",
+        routed_scaling_factor=1.0,
+        e_score_correction_bias=bias,
     )
 
 
@@ -62,7 +70,9 @@ def test_the_seam_routes_as_transformers_minimax_m2_router(router_module) -> Non
     with torch.no_grad():
         logits, reference_weights, reference_ids = router(hidden, bias)
     weights, ids = vllm_call(router_module.select_experts, logits, bias, hidden)
-    assert weights.dtype == torch.float32 and ids.dtype == torch.int32 and weights.is_contiguous() and ids.is_contiguous()
+    assert (
+        weights.dtype == torch.float32 and ids.dtype == torch.int32 and weights.is_contiguous() and ids.is_contiguous()
+    )
     assert torch.equal(by_expert(weights, ids) != 0, by_expert(reference_weights, reference_ids) != 0)
     assert torch.allclose(by_expert(weights, ids), by_expert(reference_weights, reference_ids), atol=1e-6)
     # The bias decides: without it (a router that ignored it), other experts would be chosen for most tokens.
@@ -121,7 +131,9 @@ def packed_gate(dispatch, monkeypatch: pytest.MonkeyPatch) -> tuple[object, torc
     return gate, weights, received
 
 
-def test_vllms_cpu_packing_hands_bf16_activations_to_a_float32_gemm_without_the_seam(router_module, one_rank, monkeypatch) -> None:
+def test_vllms_cpu_packing_hands_bf16_activations_to_a_float32_gemm_without_the_seam(
+    router_module, one_rank, monkeypatch
+) -> None:
     from vllm.model_executor.layers import utils
 
     assert getattr(utils.dispatch_cpu_unquantized_gemm, SEAM_MARK, None) == CPU_FLOAT32_GEMM_INPUT

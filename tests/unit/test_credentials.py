@@ -33,7 +33,12 @@ def test_tls_and_mutual_tls(certificates: CertificateFiles) -> None:
     assert tls.tls.certificate_chain == certificates.server_cert.read_bytes() and tls.tls.client_ca is None
     mutual = load_credentials(
         options(
-            "--tls-cert", certificates.server_cert, "--tls-key", certificates.server_key, "--tls-client-ca", certificates.ca
+            "--tls-cert",
+            certificates.server_cert,
+            "--tls-key",
+            certificates.server_key,
+            "--tls-client-ca",
+            certificates.ca,
         ),
         {"MLNODE_AUTH_TOKEN": TOKEN},
     )
@@ -49,13 +54,21 @@ def test_tls_and_mutual_tls(certificates: CertificateFiles) -> None:
         (("--tls-cert", "{server_cert}"), "--tls-cert and --tls-key go together"),
         (("--tls-key", "{server_key}"), "--tls-cert and --tls-key go together"),
         (("--tls-client-ca", "{ca}"), "--tls-client-ca needs --tls-cert and --tls-key"),
-        (("--tls-cert", "/no/such.pem", "--tls-key", "{server_key}"), "--tls-cert /no/such.pem: cannot read it (No such file or directory)"),
+        (
+            ("--tls-cert", "/no/such.pem", "--tls-key", "{server_key}"),
+            "--tls-cert /no/such.pem: cannot read it (No such file or directory)",
+        ),
         (("--tls-cert", "{server_key}", "--tls-key", "{server_key}"), "not a PEM file holding BEGIN CERTIFICATE"),
         (("--tls-cert", "{server_cert}", "--tls-key", "{server_cert}"), "not a PEM file holding PRIVATE KEY"),
-        (("--tls-cert", "{server_cert}", "--tls-key", "{server_key}", "--tls-client-ca", "{server_key}"), "--tls-client-ca"),
+        (
+            ("--tls-cert", "{server_cert}", "--tls-key", "{server_key}", "--tls-client-ca", "{server_key}"),
+            "--tls-client-ca",
+        ),
     ],
 )
-def test_tls_mistakes_are_refused_with_the_flag_named(certificates: CertificateFiles, flags: tuple[str, ...], message: str) -> None:
+def test_tls_mistakes_are_refused_with_the_flag_named(
+    certificates: CertificateFiles, flags: tuple[str, ...], message: str
+) -> None:
     paths = {name: str(path) for name, path in vars(certificates).items()}
     with pytest.raises(CredentialsError) as refused:
         load_credentials(options(*(flag.format(**paths) for flag in flags)), {})

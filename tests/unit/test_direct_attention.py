@@ -11,20 +11,42 @@ from typing import Any
 import pytest
 import torch
 
-from engine_ext.seams.direct_attention import DirectCausalAttention, direct_causal_attention, flash_attention_layers, plain_causal
+from engine_ext.seams.direct_attention import (
+    DirectCausalAttention,
+    direct_causal_attention,
+    flash_attention_layers,
+    plain_causal,
+)
 
 
 def _impl(**changes: Any) -> SimpleNamespace:
-    settings = dict(attn_type="decoder", kv_cache_dtype="auto", vllm_flash_attn_version=3, alibi_slopes=None,
-                    sliding_window=(-1, -1), logits_soft_cap=0, sinks=None, dcp_world_size=1, scale=0.125)
+    settings = dict(
+        attn_type="decoder",
+        kv_cache_dtype="auto",
+        vllm_flash_attn_version=3,
+        alibi_slopes=None,
+        sliding_window=(-1, -1),
+        logits_soft_cap=0,
+        sinks=None,
+        dcp_world_size=1,
+        scale=0.125,
+    )
     return SimpleNamespace(**{**settings, **changes})
 
 
 def test_only_the_plain_causal_form_qualifies() -> None:
     assert plain_causal(_impl())
     assert plain_causal(_impl(sliding_window=None, logits_soft_cap=None))
-    for change in ({"kv_cache_dtype": "fp8"}, {"sliding_window": (127, 0)}, {"logits_soft_cap": 30.0}, {"alibi_slopes": torch.ones(2)},
-                   {"sinks": torch.ones(2)}, {"dcp_world_size": 2}, {"attn_type": "encoder_only"}, {"vllm_flash_attn_version": None}):
+    for change in (
+        {"kv_cache_dtype": "fp8"},
+        {"sliding_window": (127, 0)},
+        {"logits_soft_cap": 30.0},
+        {"alibi_slopes": torch.ones(2)},
+        {"sinks": torch.ones(2)},
+        {"dcp_world_size": 2},
+        {"attn_type": "encoder_only"},
+        {"vllm_flash_attn_version": None},
+    ):
         assert not plain_causal(_impl(**change)), change
 
 
@@ -52,7 +74,11 @@ def _causal_reference(**kwargs: Any) -> None:
     assert kwargs["causal"] is True and kwargs["cu_seqlens_k"] is kwargs["cu_seqlens_q"]
     groups = q.shape[1] // k.shape[1]
     for lo, hi in zip(starts, starts[1:]):
-        qs, ks, vs = q[lo:hi].transpose(0, 1), k[lo:hi].repeat_interleave(groups, 1).transpose(0, 1), v[lo:hi].repeat_interleave(groups, 1).transpose(0, 1)
+        qs, ks, vs = (
+            q[lo:hi].transpose(0, 1),
+            k[lo:hi].repeat_interleave(groups, 1).transpose(0, 1),
+            v[lo:hi].repeat_interleave(groups, 1).transpose(0, 1),
+        )
         scores = (qs @ ks.transpose(1, 2)) * kwargs["softmax_scale"]
         scores = scores.masked_fill(torch.ones(hi - lo, hi - lo, dtype=torch.bool).triu(1), float("-inf"))
         out[lo:hi] = (scores.softmax(-1) @ vs).transpose(0, 1)
@@ -70,9 +96,17 @@ def test_forward_attends_causally_within_each_sequence(monkeypatch: pytest.Monke
     torch.manual_seed(0)
     sequences, length, heads, kv_heads, dim = 3, 5, 4, 2, 8
     tokens = sequences * length
-    q, k, v = torch.randn(tokens + 2, heads, dim), torch.randn(tokens + 2, kv_heads, dim), torch.randn(tokens + 2, kv_heads, dim)
+    q, k, v = (
+        torch.randn(tokens + 2, heads, dim),
+        torch.randn(tokens + 2, kv_heads, dim),
+        torch.randn(tokens + 2, kv_heads, dim),
+    )
     out = torch.zeros(tokens + 2, heads, dim)
-    metadata = SimpleNamespace(num_actual_tokens=tokens, query_start_loc=torch.arange(0, tokens + 1, length, dtype=torch.int32), max_query_len=length)
+    metadata = SimpleNamespace(
+        num_actual_tokens=tokens,
+        query_start_loc=torch.arange(0, tokens + 1, length, dtype=torch.int32),
+        max_query_len=length,
+    )
     stand_in = DirectCausalAttention(_impl(scale=1 / math.sqrt(dim)))
     assert stand_in.forward(None, q, k, v, None, metadata, out) is out
 
@@ -83,6 +117,9 @@ def test_forward_attends_causally_within_each_sequence(monkeypatch: pytest.Monke
     for lo in range(0, tokens, length):
         torch.testing.assert_close(out[lo], v[lo].repeat_interleave(2, 0))
     full = torch.nn.functional.scaled_dot_product_attention(
-        q[:length].transpose(0, 1), k[:length].repeat_interleave(2, 1).transpose(0, 1), v[:length].repeat_interleave(2, 1).transpose(0, 1), is_causal=True
+        q[:length].transpose(0, 1),
+        k[:length].repeat_interleave(2, 1).transpose(0, 1),
+        v[:length].repeat_interleave(2, 1).transpose(0, 1),
+        is_causal=True,
     ).transpose(0, 1)
     torch.testing.assert_close(out[:length], full)

@@ -23,7 +23,9 @@ TOP_P, TOP_K = 0.9, 20
 
 def _installed(variant: Variant) -> Path:
     if not (variant.directory / "build_info.json").is_file():
-        pytest.fail(f"the {variant.name} embedded model is not built at {variant.directory}: run `make test` (it builds it)")
+        pytest.fail(
+            f"the {variant.name} embedded model is not built at {variant.directory}: run `make test` (it builds it)"
+        )
     return variant.directory
 
 
@@ -49,7 +51,9 @@ def test_the_peaked_variant_differs_from_the_default_only_in_its_scaled_output_h
     default_dir, peaked_dir = _installed(DEFAULT_VARIANT), _installed(PEAKED_VARIANT)
     default_info, peaked_info = _build_info(default_dir), _build_info(peaked_dir)
     default_files, peaked_files = default_info.pop("files_sha256"), peaked_info.pop("files_sha256")
-    assert {name for name in default_files.keys() | peaked_files.keys() if default_files.get(name) != peaked_files.get(name)} == {"model.safetensors"}
+    assert {
+        name for name in default_files.keys() | peaked_files.keys() if default_files.get(name) != peaked_files.get(name)
+    } == {"model.safetensors"}
     assert {key: value for key, value in peaked_info.items() if key not in VARIANT_FIELDS} == default_info
 
     # An untied head is its own tensor: scaling it leaves the input embeddings alone.
@@ -108,7 +112,9 @@ def test_the_default_variant_is_near_uniform_so_sampling_filters_never_cut() -> 
 def test_the_tokenizer_is_qwens(model_dir: Path) -> None:
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     assert tokenizer.encode("Hello world, this is a test") == [9707, 1879, 11, 419, 374, 264, 1273]
-    assert [tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "</think>")] == [151643, 151644, 151645, 151668]
+    assert [
+        tokenizer.convert_tokens_to_ids(t) for t in ("<|endoftext|>", "<|im_start|>", "<|im_end|>", "</think>")
+    ] == [151643, 151644, 151645, 151668]
     assert tokenizer.eos_token_id == 151645
     # Digits split one by one, as Qwen's pre-tokenizer does.
     assert len(tokenizer.encode("12345")) == 5
@@ -117,4 +123,11 @@ def test_the_tokenizer_is_qwens(model_dir: Path) -> None:
 def test_the_config_is_a_small_qwen3(model_dir: Path) -> None:
     config = json.loads((model_dir / "config.json").read_text())
     assert config["architectures"] == ["Qwen3ForCausalLM"]
-    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"], config["num_key_value_heads"], config["head_dim"], config["vocab_size"]) == (128, 2, 4, 2, 32, 151936)
+    assert (
+        config["hidden_size"],
+        config["num_hidden_layers"],
+        config["num_attention_heads"],
+        config["num_key_value_heads"],
+        config["head_dim"],
+        config["vocab_size"],
+    ) == (128, 2, 4, 2, 32, 151936)

@@ -61,7 +61,9 @@ def test_the_parser_takes_server_and_engine_flags_and_describes_the_default_mode
     namespace = parser.parse_args(["--port", "6000", "--max-model-len", "2048", "--engine-call-timeout", "3"])
     assert (namespace.port, namespace.max_model_len, namespace.engine_call_timeout) == (6000, 2048, 3.0)
     assert namespace.model is None  # not vLLM's hub default
-    assert [action.help for action in parser._actions if "--model" in action.option_strings] == ["the default model's help"]
+    assert [action.help for action in parser._actions if "--model" in action.option_strings] == [
+        "the default model's help"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -97,7 +99,9 @@ def test_the_default_model_gets_a_kv_cache_for_its_context(default_model: Defaul
 
 
 @needs_cpu
-def test_a_kv_cache_size_in_the_environment_is_kept(default_model: DefaultModel, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_kv_cache_size_in_the_environment_is_kept(
+    default_model: DefaultModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv(CPU_KV_CACHE_ENV, "3")
     assert settings(default_model).environment == {}
 
@@ -110,7 +114,9 @@ def test_a_given_model_keeps_vllms_defaults(default_model: DefaultModel) -> None
 
 
 def test_a_kv_connector_is_refused(default_model: DefaultModel) -> None:
-    served = settings(default_model, "--kv-transfer-config", '{"kv_connector": "ExampleConnector", "kv_role": "kv_both"}')
+    served = settings(
+        default_model, "--kv-transfer-config", '{"kv_connector": "ExampleConnector", "kv_role": "kv_both"}'
+    )
     with pytest.raises(engine_factory.EngineConfigurationError, match="--kv-transfer-config is not supported"):
         engine_factory.create_engine(served, calls=None)
 
@@ -126,16 +132,22 @@ def test_the_environment_is_set_before_the_engine_starts(monkeypatch: pytest.Mon
             return "llm"
 
     monkeypatch.setattr(engine_factory, "AsyncLLM", RecordingAsyncLLM)
-    monkeypatch.setattr(engine_factory, "MlnodeEngine", lambda llm, calls, mode, request_metrics, poc_compiled: (llm, calls, mode))
+    monkeypatch.setattr(
+        engine_factory, "MlnodeEngine", lambda llm, calls, mode, request_metrics, poc_compiled: (llm, calls, mode)
+    )
     args = AsyncEngineArgs(model="/m", structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"))
     # PoC off: the model's architecture is not read (there is no model at /m).
-    started = engine_factory.create_engine(EngineSettings(args, {CPU_KV_CACHE_ENV: "1"}), "calls", "mode", poc_enabled=False)
+    started = engine_factory.create_engine(
+        EngineSettings(args, {CPU_KV_CACHE_ENV: "1"}), "calls", "mode", poc_enabled=False
+    )
     assert started == ("llm", "calls", "mode")
     assert seen == {"kv_cache": "1"}
 
 
 @pytest.mark.parametrize("model_flags", [(), ("--model", "/models/other")], ids=["default-model", "given-model"])
-def test_vllms_default_structured_output_backend_becomes_xgrammar(default_model: DefaultModel, model_flags: tuple[str, ...]) -> None:
+def test_vllms_default_structured_output_backend_becomes_xgrammar(
+    default_model: DefaultModel, model_flags: tuple[str, ...]
+) -> None:
     served = settings(default_model, *model_flags, "--structured-outputs-config", '{"enable_in_reasoning": true}')
     config = served.vllm_args.structured_outputs_config
     assert (config.backend, config.enable_in_reasoning) == ("xgrammar", True)
@@ -143,7 +155,9 @@ def test_vllms_default_structured_output_backend_becomes_xgrammar(default_model:
 
 
 def test_xgrammar_named_by_the_user_keeps_its_settings(default_model: DefaultModel) -> None:
-    served = settings(default_model, "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}')
+    served = settings(
+        default_model, "--structured-outputs-config", '{"backend": "xgrammar", "disable_any_whitespace": true}'
+    )
     config = served.vllm_args.structured_outputs_config
     assert (config.backend, config.disable_any_whitespace) == ("xgrammar", True)
 
@@ -152,6 +166,8 @@ def test_xgrammar_named_by_the_user_keeps_its_settings(default_model: DefaultMod
 def test_another_structured_output_backend_is_refused_at_start(default_model: DefaultModel, backend: str) -> None:
     served = settings(default_model, "--structured-outputs-config", json.dumps({"backend": backend}))
     assert served.vllm_args.structured_outputs_config.backend == backend  # the user's choice is not overridden
-    with pytest.raises(engine_factory.EngineConfigurationError, match=re.escape(f"backend {backend!r} is not supported")) as caught:
+    with pytest.raises(
+        engine_factory.EngineConfigurationError, match=re.escape(f"backend {backend!r} is not supported")
+    ) as caught:
         engine_factory.create_engine(served, calls=None)
     assert "grammar degradation during validation replays" in str(caught.value)

@@ -25,7 +25,9 @@ class FailedCall(grpc.RpcError):
 
 
 def test_reason_field_and_retry_delay_survive_the_round_trip() -> None:
-    sent = ServiceError(grpc.StatusCode.UNAVAILABLE, Reason.SHUTTING_DOWN, "going down", field="x.y", retry_after_seconds=1.5)
+    sent = ServiceError(
+        grpc.StatusCode.UNAVAILABLE, Reason.SHUTTING_DOWN, "going down", field="x.y", retry_after_seconds=1.5
+    )
     received = ServerError.from_rpc_error(FailedCall(sent))
     assert received.code == grpc.StatusCode.UNAVAILABLE
     assert (received.reason, received.field, received.retry_after_seconds) == ("SHUTTING_DOWN", "x.y", 1.5)
@@ -35,7 +37,9 @@ def test_reason_field_and_retry_delay_survive_the_round_trip() -> None:
 def test_the_status_proto_names_the_field_in_a_bad_request_detail() -> None:
     from google.rpc import error_details_pb2
 
-    status = ServiceError(grpc.StatusCode.INVALID_ARGUMENT, Reason.INVALID_FIELD, "sampling.n: bad", field="sampling.n").to_status_proto()
+    status = ServiceError(
+        grpc.StatusCode.INVALID_ARGUMENT, Reason.INVALID_FIELD, "sampling.n: bad", field="sampling.n"
+    ).to_status_proto()
     assert status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     bad_request = error_details_pb2.BadRequest()
     assert status.details[1].Unpack(bad_request)

@@ -73,13 +73,37 @@ print(json.dumps(results))
 
 CASES = [
     # hidden a multiple of BLOCK_K, width of BLOCK_N, one group of row tiles
-    {"dtype": "float32", "tokens": 37, "hidden": 96, "width": 48, "experts": 5, "top_k": 2, "block_m": 16,
-     "tile": {"block_n": 16, "block_k": 32, "group_m": 2}},
+    {
+        "dtype": "float32",
+        "tokens": 37,
+        "hidden": 96,
+        "width": 48,
+        "experts": 5,
+        "top_k": 2,
+        "block_m": 16,
+        "tile": {"block_n": 16, "block_k": 32, "group_m": 2},
+    },
     # hidden not a multiple of BLOCK_K (the masked loop), width not of BLOCK_N, groups wider than the row tiles
-    {"dtype": "float32", "tokens": 29, "hidden": 80, "width": 40, "experts": 6, "top_k": 3, "block_m": 16,
-     "tile": {"block_n": 32, "block_k": 32, "group_m": 64}},
-    {"dtype": "float16", "tokens": 37, "hidden": 96, "width": 48, "experts": 5, "top_k": 2, "block_m": 16,
-     "tile": {"block_n": 16, "block_k": 32, "group_m": 1}},
+    {
+        "dtype": "float32",
+        "tokens": 29,
+        "hidden": 80,
+        "width": 40,
+        "experts": 6,
+        "top_k": 3,
+        "block_m": 16,
+        "tile": {"block_n": 32, "block_k": 32, "group_m": 64},
+    },
+    {
+        "dtype": "float16",
+        "tokens": 37,
+        "hidden": 96,
+        "width": 48,
+        "experts": 5,
+        "top_k": 2,
+        "block_m": 16,
+        "tile": {"block_n": 16, "block_k": 32, "group_m": 1},
+    },
 ]
 
 
@@ -106,9 +130,17 @@ SUM_CASES = [
 
 
 def interpreted(script: str, cases: list[dict[str, Any]]) -> list[dict[str, float]]:
-    env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    run = subprocess.run([sys.executable, "-c", script, json.dumps(cases)], cwd=REPO, env=env,
-                         capture_output=True, text=True, timeout=300)
+    env = dict(
+        os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(cases)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     return json.loads(run.stdout.strip().splitlines()[-1])
 
@@ -137,8 +169,17 @@ def test_kernels_refuse_an_output_of_the_wrong_shape() -> None:
         topk_sum(torch.zeros(4, 2, 8), torch.zeros(4, 9))
     x, w13 = torch.zeros(4, 32), torch.zeros(2, 2 * 16, 32)
     with pytest.raises(ValueError, match="expected"):
-        gate_up_swiglu(x, w13, torch.zeros(4, 16), torch.zeros(16, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
-                       torch.zeros(1, dtype=torch.int32), 2, 16, GateUpTile())
+        gate_up_swiglu(
+            x,
+            w13,
+            torch.zeros(4, 16),
+            torch.zeros(16, dtype=torch.int32),
+            torch.zeros(1, dtype=torch.int32),
+            torch.zeros(1, dtype=torch.int32),
+            2,
+            16,
+            GateUpTile(),
+        )
 
 
 class QuantConfig:
@@ -198,8 +239,19 @@ def fused_calls(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
     calls: list[dict[str, Any]] = []
 
     def record(*args: Any) -> None:
-        names = ("output", "hidden_states", "w1", "w2", "topk_weights", "topk_ids", "global_num_experts", "config_dtype",
-                 "tile", "workspace13", "workspace2")
+        names = (
+            "output",
+            "hidden_states",
+            "w1",
+            "w2",
+            "topk_weights",
+            "topk_ids",
+            "global_num_experts",
+            "config_dtype",
+            "tile",
+            "workspace13",
+            "workspace2",
+        )
         calls.append(dict(zip(names, args, strict=True)))
 
     monkeypatch.setattr(seam, "routed_experts_swiglu", record)
@@ -218,15 +270,19 @@ def test_a_qualifying_call_takes_the_fused_path_with_vllms_workspaces(fused_call
     assert call["global_num_experts"] == 3  # -1 means all of the layer's experts, as in vLLM
 
 
-@pytest.mark.parametrize("overrides", [
-    {"activation": activation("gelu")},
-    {"expert_map": torch.arange(3)},
-    {"a1q_scale": torch.ones(1)},
-    {"apply_router_weight_on_input": True},
-    {"hidden_states": torch.zeros(4, 8)},
-    {"hidden_states": torch.zeros(8, 4, dtype=torch.bfloat16).t()},
-    {"w1": torch.zeros(3, 12, 8, dtype=torch.int8)},
-], ids=["gelu", "expert-map", "quantized-input", "router-weight-on-input", "fp32", "non-contiguous", "int8-weights"])
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {"activation": activation("gelu")},
+        {"expert_map": torch.arange(3)},
+        {"a1q_scale": torch.ones(1)},
+        {"apply_router_weight_on_input": True},
+        {"hidden_states": torch.zeros(4, 8)},
+        {"hidden_states": torch.zeros(8, 4, dtype=torch.bfloat16).t()},
+        {"w1": torch.zeros(3, 12, 8, dtype=torch.int8)},
+    ],
+    ids=["gelu", "expert-map", "quantized-input", "router-weight-on-input", "fp32", "non-contiguous", "int8-weights"],
+)
 def test_any_other_call_goes_to_vllms_own_apply(fused_calls: list[dict[str, Any]], overrides: dict[str, Any]) -> None:
     experts = RecordingExperts()
     seam.SwigluTritonExperts(experts, seam.DEFAULT_TILE).apply(*apply_arguments(**overrides).values())

@@ -14,14 +14,29 @@ from vllm.model_executor.layers.layernorm import RMSNorm
 from vllm.model_executor.layers.rotary_embedding import RotaryEmbedding
 from vllm.model_executor.models.qwen3 import Qwen3Attention
 
-from engine_ext.seams.fused_qk_norm_rope import FusedQkNormRopeAttention, fused_qk_norm_rope, qk_norm_rope_stand_ins, vllm_kernel
+from engine_ext.seams.fused_qk_norm_rope import (
+    FusedQkNormRopeAttention,
+    fused_qk_norm_rope,
+    qk_norm_rope_stand_ins,
+    vllm_kernel,
+)
 
 HEADS, KV_HEADS, HEAD_DIM, HIDDEN, EPS = 4, 2, 64, 96, 1e-6
 
 
-def reference_kernel(qkv: torch.Tensor, num_heads_q: int, num_heads_k: int, num_heads_v: int, head_dim: int, eps: float,
-                     q_weight: torch.Tensor, k_weight: torch.Tensor, cos_sin_cache: torch.Tensor, is_neox: bool,
-                     position_ids: torch.Tensor) -> None:
+def reference_kernel(
+    qkv: torch.Tensor,
+    num_heads_q: int,
+    num_heads_k: int,
+    num_heads_v: int,
+    head_dim: int,
+    eps: float,
+    q_weight: torch.Tensor,
+    k_weight: torch.Tensor,
+    cos_sin_cache: torch.Tensor,
+    is_neox: bool,
+    position_ids: torch.Tensor,
+) -> None:
     """The fused kernel's contract: per head of q and of k, in place in the packed qkv rows, RMSNorm with the head's
     weight, then the rotary embedding at each token's position (v untouched)."""
     assert num_heads_v == num_heads_k
@@ -30,7 +45,7 @@ def reference_kernel(qkv: torch.Tensor, num_heads_q: int, num_heads_k: int, num_
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
     start = 0
     for heads, weight in ((num_heads_q, q_weight), (num_heads_k, k_weight)):
-        part = qkv[:, start:start + heads * head_dim].float().view(-1, heads, head_dim)
+        part = qkv[:, start : start + heads * head_dim].float().view(-1, heads, head_dim)
         normed = part * torch.rsqrt(part.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
         if is_neox:
             first, second = normed[..., :half], normed[..., half:]
@@ -38,7 +53,7 @@ def reference_kernel(qkv: torch.Tensor, num_heads_q: int, num_heads_k: int, num_
         else:
             even, odd = normed[..., 0::2], normed[..., 1::2]
             rotated = torch.stack([even * cos - odd * sin, odd * cos + even * sin], dim=-1).flatten(-2)
-        qkv[:, start:start + heads * head_dim] = rotated.reshape(part.shape[0], -1).to(qkv.dtype)
+        qkv[:, start : start + heads * head_dim] = rotated.reshape(part.shape[0], -1).to(qkv.dtype)
         start += heads * head_dim
 
 
@@ -87,7 +102,7 @@ def test_the_stand_in_computes_what_vllms_own_forward_computes(is_neox: bool) ->
     torch.testing.assert_close(fused, expected, rtol=1e-5, atol=1e-5)
     # Rotation and norm both did something: the stand-in is not passing q and k through.
     raw = module.qkv_proj(hidden)[0]
-    assert not torch.allclose(captured[1][:, :module.q_size], raw[:, :module.q_size], atol=1e-3)
+    assert not torch.allclose(captured[1][:, : module.q_size], raw[:, : module.q_size], atol=1e-3)
 
 
 def test_the_kernel_gets_the_layers_own_weights_epsilon_and_positions() -> None:
@@ -121,7 +136,10 @@ def test_only_the_form_the_kernel_implements_qualifies() -> None:
     assert qk_norm_rope_stand_ins(torch.nn.Sequential(torch.nn.Linear(2, 2)), torch.bfloat16, reference_kernel) == []
     # One layer the kernel cannot take keeps every layer on the traced path.
     for odd_one in (attention_module(head_dim=32), attention_module(rotary=ScaledRotary)):
-        assert qk_norm_rope_stand_ins(torch.nn.Sequential(attention_module(), odd_one), torch.bfloat16, reference_kernel) == []
+        assert (
+            qk_norm_rope_stand_ins(torch.nn.Sequential(attention_module(), odd_one), torch.bfloat16, reference_kernel)
+            == []
+        )
     different_eps = attention_module()
     different_eps.k_norm.variance_epsilon = 1e-5
     assert qk_norm_rope_stand_ins(torch.nn.Sequential(different_eps), torch.bfloat16, reference_kernel) == []

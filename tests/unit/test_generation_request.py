@@ -21,7 +21,20 @@ def sampling_params(request: GenerationRequest, mode: LogprobsMode = LogprobsMod
 def test_unset_options_keep_vllms_defaults_and_text_free_streams_skip_detokenizing() -> None:
     params = sampling_params(GenerationRequest("r", [1, 2, 3]))
     default = SamplingParams()
-    for name in ("temperature", "top_p", "top_k", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty", "seed", "n", "ignore_eos", "skip_special_tokens", "max_tokens"):
+    for name in (
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "presence_penalty",
+        "frequency_penalty",
+        "repetition_penalty",
+        "seed",
+        "n",
+        "ignore_eos",
+        "skip_special_tokens",
+        "max_tokens",
+    ):
         assert getattr(params, name) == getattr(default, name), name
     assert params.logprobs is None and params.prompt_logprobs is None and params.flat_logprobs
     assert params.detokenize is False and params.output_kind == RequestOutputKind.DELTA
@@ -29,8 +42,14 @@ def test_unset_options_keep_vllms_defaults_and_text_free_streams_skip_detokenizi
 
 def test_options_logprobs_and_output_kind_are_passed_through() -> None:
     request = GenerationRequest(
-        "r", [1], sampling={"temperature": 0.5, "seed": 7, "max_tokens": 9, "n": 2}, stop=("x",), stop_token_ids=(5,),
-        top_logprobs=3, prompt_logprobs=0, final_only=True,
+        "r",
+        [1],
+        sampling={"temperature": 0.5, "seed": 7, "max_tokens": 9, "n": 2},
+        stop=("x",),
+        stop_token_ids=(5,),
+        top_logprobs=3,
+        prompt_logprobs=0,
+        final_only=True,
     )
     params = sampling_params(request)
     assert (params.temperature, params.seed, params.max_tokens, params.n) == (0.5, 7, 9, 2)

@@ -20,7 +20,11 @@ from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend, Xgrammar
 from vllm.v1.structured_output.utils import choice_as_grammar
 
 from engine_ext.seams import expected_seams, installed_seams
-from engine_ext.seams.common import GRAMMAR_DISABLED, XGRAMMAR_GRACEFUL_DEGRADATION, install_xgrammar_graceful_degradation
+from engine_ext.seams.common import (
+    GRAMMAR_DISABLED,
+    XGRAMMAR_GRACEFUL_DEGRADATION,
+    install_xgrammar_graceful_degradation,
+)
 
 SEAMS_LOGGER = "engine_ext.seams.common"
 BITS_PER_MASK_WORD = 32
@@ -30,7 +34,9 @@ BITS_PER_MASK_WORD = 32
 def backend(tokenizer: Any, model_dir: Path) -> XgrammarBackend:
     vocab_size = json.loads((model_dir / "config.json").read_text())["vocab_size"]
     # The two fields of the engine's config that the backend reads.
-    config = SimpleNamespace(structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"), speculative_config=None)
+    config = SimpleNamespace(
+        structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"), speculative_config=None
+    )
     return XgrammarBackend(config, tokenizer=tokenizer, vocab_size=vocab_size)
 
 
@@ -63,7 +69,9 @@ def vllms(method: str) -> Callable[..., Any]:
     return inspect.unwrap(getattr(XgrammarGrammar, method))
 
 
-def test_without_the_seam_a_broken_grammar_keeps_masking_from_its_old_state(backend: XgrammarBackend, token: SimpleNamespace) -> None:
+def test_without_the_seam_a_broken_grammar_keeps_masking_from_its_old_state(
+    backend: XgrammarBackend, token: SimpleNamespace
+) -> None:
     grammar = yes_or_no(backend)
     bitmask = backend.allocate_token_bitmask(1)
     vllms("fill_bitmask")(grammar, bitmask, 0)
@@ -100,7 +108,11 @@ def test_a_rejected_token_switches_off_that_grammar_alone(
     processed = broken.num_processed_tokens
     broken.rollback(2)
     assert broken.num_processed_tokens == processed
-    assert broken.validate_tokens([token.outside, token.yes, token.outside]) == [token.outside, token.yes, token.outside]
+    assert broken.validate_tokens([token.outside, token.yes, token.outside]) == [
+        token.outside,
+        token.yes,
+        token.outside,
+    ]
     assert broken.is_terminated() is False  # even after an EOS: the request ends at its own stop
 
 
@@ -119,13 +131,17 @@ def test_reset_switches_the_grammar_back_on(backend: XgrammarBackend, token: Sim
 
 
 @pytest.mark.usefixtures("seam")
-def test_a_disabled_grammar_passes_vllms_speculative_bitmask_path(backend: XgrammarBackend, token: SimpleNamespace) -> None:
+def test_a_disabled_grammar_passes_vllms_speculative_bitmask_path(
+    backend: XgrammarBackend, token: SimpleNamespace
+) -> None:
     """grammar_bitmask asserts that every draft token is accepted, then rolls them all back."""
     grammar = yes_or_no(backend)
     grammar.accept_tokens("replay-3", [token.outside])
     manager = StructuredOutputManager.__new__(StructuredOutputManager)  # only what grammar_bitmask reads
     manager.vllm_config = SimpleNamespace(
-        num_speculative_tokens=2, scheduler_config=SimpleNamespace(max_num_seqs=1), model_config=SimpleNamespace(is_diffusion=False)
+        num_speculative_tokens=2,
+        scheduler_config=SimpleNamespace(max_num_seqs=1),
+        model_config=SimpleNamespace(is_diffusion=False),
     )
     manager.backend, manager._grammar_bitmask = backend, None
     manager.reasoner = manager.reasoner_cls = None  # no reasoning parser

@@ -28,8 +28,16 @@ from server.translation import RequestTranslator
 from server.translation.prompt import PromptLimits, PromptReader
 
 FACTS = ModelFacts(
-    served_model_name="tiny", model_path="/m", max_model_len=64, vocab_size=151936, tokenizer_max_token_id=151668,
-    eos_token_id=151645, bos_token_id=None, dtype="bfloat16", max_logprobs=20, tensor_parallel_size=1,
+    served_model_name="tiny",
+    model_path="/m",
+    max_model_len=64,
+    vocab_size=151936,
+    tokenizer_max_token_id=151668,
+    eos_token_id=151645,
+    bos_token_id=None,
+    dtype="bfloat16",
+    max_logprobs=20,
+    tensor_parallel_size=1,
     has_chat_template=False,
 )
 
@@ -70,7 +78,17 @@ class StandInContext:
 def servicer(engine: StandInEngine) -> InferenceServicer:
     limits = PromptLimits(max_chars=100, template_variables=frozenset())
     translator = RequestTranslator(FACTS, PromptReader(FACTS, limits, tokenizers=None))
-    return InferenceServicer(engine, FACTS, limits, 1 << 20, translator, RequestRegistry(), Admission(), versions=None, authorizer=Authorizer(None))
+    return InferenceServicer(
+        engine,
+        FACTS,
+        limits,
+        1 << 20,
+        translator,
+        RequestRegistry(),
+        Admission(),
+        versions=None,
+        authorizer=Authorizer(None),
+    )
 
 
 def raw_request(**kwargs: Any) -> bytes:

@@ -21,7 +21,9 @@ def imported_modules(path: Path) -> set[str]:
 
 def test_the_server_imports_nothing_from_vllm() -> None:
     offenders = {
-        str(path.relative_to(REPO_ROOT)): sorted(module for module in imported_modules(path) if module.split(".")[0] == "vllm")
+        str(path.relative_to(REPO_ROOT)): sorted(
+            module for module in imported_modules(path) if module.split(".")[0] == "vllm"
+        )
         for path in sorted((REPO_ROOT / "server").rglob("*.py"))
     }
     assert {path: modules for path, modules in offenders.items() if modules} == {}

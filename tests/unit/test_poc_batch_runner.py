@@ -37,7 +37,9 @@ class BlockLimitedEngine:
         return PocBatchResult(BATCH_OK, vectors=vectors)
 
 
-def run(engine: BlockLimitedEngine, nonces: list[int], wait: float) -> tuple[list[tuple[list[int], PocBatchResult]], KvBlockNotes]:
+def run(
+    engine: BlockLimitedEngine, nonces: list[int], wait: float
+) -> tuple[list[tuple[list[int], PocBatchResult]], KvBlockNotes]:
     notes = KvBlockNotes()
     pieces = asyncio.run(PocBatchRunner(engine, block_wait_seconds=wait).run(PARAMS, nonces, notes))
     return pieces, notes

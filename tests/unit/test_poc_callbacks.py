@@ -104,7 +104,9 @@ def open_store(path: Path) -> CallbackStore:
     return CallbackStore(StoreLock.claim(path))
 
 
-def sender_of(store: CallbackStore, session: aiohttp.ClientSession, retry: RetrySchedule = FAST, **options: Any) -> CallbackSender:
+def sender_of(
+    store: CallbackStore, session: aiohttp.ClientSession, retry: RetrySchedule = FAST, **options: Any
+) -> CallbackSender:
     options.setdefault("interval_seconds", 0.05)
     return CallbackSender(store, session, retry, **options)
 
@@ -206,7 +208,9 @@ def test_a_receiver_failing_twice_gets_the_same_body_and_key_again_then_every_ar
     asyncio.run(scenario())
 
 
-def test_a_4xx_gives_the_body_up_at_once_with_a_log_line_and_a_count(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_4xx_gives_the_body_up_at_once_with_a_log_line_and_a_count(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async def scenario() -> None:
         receiver = Receiver(always=400)
         url = await receiver.start()
@@ -223,14 +227,19 @@ def test_a_4xx_gives_the_body_up_at_once_with_a_log_line_and_a_count(tmp_path: P
         await receiver.stop()
         assert len(receiver.requests) == 1
         assert counts == RoundCounts(delivered=0, pending=0, retrying=0, given_up=3, failed_attempts=1)
-        assert sender.given_up_entries[GiveUpReason.REJECTED] == 1 and sender.given_up_artifacts[GiveUpReason.REJECTED] == 3
+        assert (
+            sender.given_up_entries[GiveUpReason.REJECTED] == 1
+            and sender.given_up_artifacts[GiveUpReason.REJECTED] == 3
+        )
 
     with caplog.at_level(logging.WARNING, logger="server.poc"):
         asyncio.run(scenario())
     assert any("given up (rejected)" in record.message and "HTTP 400" in record.message for record in caplog.records)
 
 
-def test_a_body_whose_whole_schedule_failed_is_kept_and_delivered_in_a_later_pass(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_body_whose_whole_schedule_failed_is_kept_and_delivered_in_a_later_pass(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async def scenario() -> None:
         schedule = RetrySchedule(first_delay=0.001, max_delay=0.002, attempts=3)
         receiver = Receiver(statuses=[503] * schedule.attempts)
@@ -259,7 +268,9 @@ def test_a_body_whose_whole_schedule_failed_is_kept_and_delivered_in_a_later_pas
     assert any("whole retry schedule failed" in record.message for record in caplog.records)
 
 
-def test_an_entry_older_than_the_give_up_age_is_given_up_not_sent(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_entry_older_than_the_give_up_age_is_given_up_not_sent(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     async def scenario() -> None:
         receiver = Receiver()
         url = await receiver.start()
@@ -284,7 +295,9 @@ def test_an_entry_older_than_the_give_up_age_is_given_up_not_sent(tmp_path: Path
     assert any("given up (expired)" in record.message for record in caplog.records)
 
 
-def test_poisoned_entries_are_given_up_alone_and_hold_up_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_poisoned_entries_are_given_up_alone_and_hold_up_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A stored URL no client could send any more (http://[::1 raised ValueError out of the old start-up
     delivery, which then delivered nothing behind it) and a body that is not JSON, both before good entries."""
 
@@ -473,14 +486,25 @@ def test_a_file_that_is_no_store_is_refused_with_its_name(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize(
     "url",
-    ["http://", "http:///generated", "http://[::1", "http://127.0.0.1:99999", "http://127.0.0.1:0",
-     "http://127.0.0.1:8080/x\nINFO forged log line", "ftp://127.0.0.1/", "http://127.0.0.1/p?q=1", "http://h:abc"],
+    [
+        "http://",
+        "http:///generated",
+        "http://[::1",
+        "http://127.0.0.1:99999",
+        "http://127.0.0.1:0",
+        "http://127.0.0.1:8080/x\nINFO forged log line",
+        "ftp://127.0.0.1/",
+        "http://127.0.0.1/p?q=1",
+        "http://h:abc",
+    ],
 )
 def test_malformed_callback_urls_have_a_problem(url: str) -> None:
     assert callback_url_problem(url) is not None
 
 
-@pytest.mark.parametrize("url", ["http://127.0.0.1:9100/v2/poc-batches/Qwen%252FQwen3-8B", "https://[::1]:8443", "http://node.example"])
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:9100/v2/poc-batches/Qwen%252FQwen3-8B", "https://[::1]:8443", "http://node.example"]
+)
 def test_usable_callback_urls_have_none(url: str) -> None:
     assert callback_url_problem(url) is None
 

@@ -54,7 +54,11 @@ def code_of(function: Any) -> list[ast.stmt]:
     (definition,) = ast.parse(textwrap.dedent(inspect.getsource(function))).body
     assert isinstance(definition, ast.FunctionDef)
     # Docstrings and comments aside.
-    return [statement for statement in definition.body if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))]
+    return [
+        statement
+        for statement in definition.body
+        if not (isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant))
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(ROW_WISE_AFTER_ATTENTION))
@@ -80,7 +84,9 @@ def vllm_models() -> Iterator[dict[str, Any]]:
     for model_dir in (DEFAULT_MODEL_DIR, MINIMAX_M2_MODEL_DIR):
         if not (Path(model_dir) / "build_info.json").is_file():
             pytest.fail(f"the embedded model is not built at {model_dir}: run `make test` (it builds it)")
-        config = EngineArgs(model=str(model_dir), load_format="dummy", enforce_eager=True, max_model_len=256, max_num_batched_tokens=256).create_engine_config()
+        config = EngineArgs(
+            model=str(model_dir), load_format="dummy", enforce_eager=True, max_model_len=256, max_num_batched_tokens=256
+        ).create_engine_config()
         with set_current_vllm_config(config):
             if not built:
                 init_distributed_environment(1, 0, f"tcp://127.0.0.1:{free_port()}", 0, "gloo")
@@ -91,8 +97,12 @@ def vllm_models() -> Iterator[dict[str, Any]]:
     cleanup_dist_env_and_memory()
 
 
-@pytest.mark.parametrize(("architecture", "mlp"), [("Qwen3ForCausalLM", "mlp"), ("MiniMaxM2ForCausalLM", "block_sparse_moe")])
-def test_the_residual_pair_decoder_reads_vllms_own_model(vllm_models: dict[str, Any], architecture: str, mlp: str) -> None:
+@pytest.mark.parametrize(
+    ("architecture", "mlp"), [("Qwen3ForCausalLM", "mlp"), ("MiniMaxM2ForCausalLM", "block_sparse_moe")]
+)
+def test_the_residual_pair_decoder_reads_vllms_own_model(
+    vllm_models: dict[str, Any], architecture: str, mlp: str
+) -> None:
     model = vllm_models[architecture]
     decoder = decoder_for(model)
     assert isinstance(decoder, ResidualPairDecoder) and decoder.architecture == architecture
@@ -113,7 +123,9 @@ def test_an_architecture_without_a_decoder_is_refused_by_name() -> None:
 
     with pytest.raises(UnsupportedArchitecture, match="no decoder for LlamaForCausalLM .*--poc-forward off"):
         decoder_for(LlamaForCausalLM())
-    assert {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM", "DeepseekV4ForCausalLM"} <= set(SUPPORTED_ARCHITECTURES)
+    assert {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM", "DeepseekV4ForCausalLM"} <= set(
+        SUPPORTED_ARCHITECTURES
+    )
 
 
 def test_a_layer_called_otherwise_is_refused() -> None:
@@ -122,7 +134,9 @@ def test_a_layer_called_otherwise_is_refused() -> None:
             return hidden_states, residual
 
     model = SimpleNamespace(model=SimpleNamespace(layers=[Layer()], norm=torch.nn.Identity()))
-    with pytest.raises(UnsupportedArchitecture, match=r"Layer.forward takes \['hidden_states', 'positions', 'residual'\]"):
+    with pytest.raises(
+        UnsupportedArchitecture, match=r"Layer.forward takes \['hidden_states', 'positions', 'residual'\]"
+    ):
         ResidualPairDecoder(model)
 
 
@@ -136,7 +150,9 @@ class Norm(torch.nn.Module):
         super().__init__()
         self.scale = scale
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, x: torch.Tensor, residual: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         if residual is None:
             return x * self.scale
         total = x + residual
@@ -153,7 +169,11 @@ class PrefixAttention(torch.nn.Module):
 def stand_in_layer(name: str) -> torch.nn.Module:
     """A layer whose class has the listed name and vLLM's own forward, on stand-in submodules."""
     cls = layer_class(name)
-    stand_in_class = type(cls.__name__, (torch.nn.Module,), {"forward": cls.forward, "__module__": cls.__module__, "__qualname__": cls.__qualname__})
+    stand_in_class = type(
+        cls.__name__,
+        (torch.nn.Module,),
+        {"forward": cls.forward, "__module__": cls.__module__, "__qualname__": cls.__qualname__},
+    )
     layer = stand_in_class()
     layer.input_layernorm, layer.post_attention_layernorm = Norm(0.5), Norm(3.0)
     layer.self_attn = PrefixAttention()
@@ -188,14 +208,18 @@ def test_the_split_leaves_an_unlisted_layer_whole() -> None:
     calls: list[int] = []
 
     class OtherLayer(torch.nn.Module):
-        def forward(self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+        def forward(
+            self, positions: torch.Tensor, hidden_states: torch.Tensor, residual: torch.Tensor | None
+        ) -> tuple[torch.Tensor, torch.Tensor]:
             calls.append(hidden_states.shape[0])
             return torch.cumsum(hidden_states, dim=0), hidden_states if residual is None else residual
 
     layer = OtherLayer()
     hidden = torch.arange(8.0).view(4, 2)
     rows = torch.tensor([1, 3])
-    kept_hidden, kept_residual = stand_in_decoder([layer]).call_layer_on_rows(layer, torch.arange(4), None, (hidden, None), rows)
+    kept_hidden, kept_residual = stand_in_decoder([layer]).call_layer_on_rows(
+        layer, torch.arange(4), None, (hidden, None), rows
+    )
     assert calls == [4]
     assert torch.equal(kept_hidden, torch.cumsum(hidden, dim=0)[rows])
     assert torch.equal(kept_residual, hidden[rows])
@@ -209,14 +233,18 @@ def test_the_stack_reflects_after_every_layer_and_the_compiled_last_step_equals_
     vectors = torch.nn.functional.normalize(torch.randn(3, 5, generator=generator), dim=-1)
     positions, rows = torch.arange(8) % 4, last_token_rows(2, 4, torch.device("cpu"))
     eager = run_stack(decoder, positions, inputs, None, vectors, rows)
-    assert torch.allclose(run_stack(decoder, positions, inputs, None, vectors, rows, last_step=reflected_last_layer), eager)
+    assert torch.allclose(
+        run_stack(decoder, positions, inputs, None, vectors, rows, last_step=reflected_last_layer), eager
+    )
     # Written out: each layer, then the reflection of both parts of its output, then the final norm.
     hidden, residual = inputs, None
     for layer, vector in zip(decoder.layers, vectors):
         hidden, residual = layer(positions, hidden, residual)
         hidden, residual = reflect(hidden, vector), reflect(residual, vector)
     assert torch.allclose(eager, decoder.decoder.norm(hidden, residual)[0][rows])
-    unreflected = run_stack(decoder, positions, inputs, None, torch.zeros_like(vectors), rows, last_step=eager_last_layer)
+    unreflected = run_stack(
+        decoder, positions, inputs, None, torch.zeros_like(vectors), rows, last_step=eager_last_layer
+    )
     assert not torch.allclose(unreflected, eager)
 
 
@@ -244,9 +272,18 @@ class HyperConnectionLayer(torch.nn.Module):
         self.weight = torch.randn(HIDDEN, HIDDEN, generator=generator) * 0.3
         self.seen: list[dict[str, Any]] = []
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, input_ids: torch.Tensor | None, post_mix: torch.Tensor | None = None,
-                res_mix: torch.Tensor | None = None, residual: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
-        self.seen.append({"x": x, "input_ids": input_ids, "post_mix": post_mix, "res_mix": res_mix, "residual": residual})
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        input_ids: torch.Tensor | None,
+        post_mix: torch.Tensor | None = None,
+        res_mix: torch.Tensor | None = None,
+        residual: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, ...]:
+        self.seen.append(
+            {"x": x, "input_ids": input_ids, "post_mix": post_mix, "res_mix": res_mix, "residual": residual}
+        )
         if residual is None:
             residual = x
         else:  # the previous layer's deferred hc_post
@@ -263,11 +300,19 @@ def test_deepseek_v4s_layers_and_model_are_called_as_the_decoder_calls_them() ->
     its final collapse, in both supported releases' forms."""
     from vllm.models.deepseek_v4.nvidia import model as v4
 
-    assert tuple(inspect.signature(v4.DeepseekV4DecoderLayer.forward).parameters)[1:] == DeepseekV4Decoder.layer_parameters
+    assert (
+        tuple(inspect.signature(v4.DeepseekV4DecoderLayer.forward).parameters)[1:] == DeepseekV4Decoder.layer_parameters
+    )
     source = inspect.getsource(v4.DeepseekV4Model.forward)
-    assert "hidden_states,\n                positions,\n                input_ids,\n                post_mix,\n                res_mix,\n                residual," in source
-    after_loop = source[source.index("for idx, layer in enumerate("):]
-    calls = [after_loop.index(call) for call in ("mhc_post_tilelang(", "hc_head_fused_kernel_tilelang(", "self.norm(hidden_states)")]
+    assert (
+        "hidden_states,\n                positions,\n                input_ids,\n                post_mix,\n                res_mix,\n                residual,"
+        in source
+    )
+    after_loop = source[source.index("for idx, layer in enumerate(") :]
+    calls = [
+        after_loop.index(call)
+        for call in ("mhc_post_tilelang(", "hc_head_fused_kernel_tilelang(", "self.norm(hidden_states)")
+    ]
     assert calls == sorted(calls), "the final collapse is mhc_post, then hc_head, then the norm"
 
 
@@ -276,15 +321,29 @@ def test_deepseek_v4_reflects_x_and_every_residual_stream_and_passes_the_mixes(m
 
     finals: list[torch.Tensor] = []
 
-    def mhc_post(x: torch.Tensor, residual: torch.Tensor, post_mix: torch.Tensor, res_mix: torch.Tensor) -> torch.Tensor:
+    def mhc_post(
+        x: torch.Tensor, residual: torch.Tensor, post_mix: torch.Tensor, res_mix: torch.Tensor
+    ) -> torch.Tensor:
         finals.append(x)
         return post_mix.unsqueeze(-1) * x.unsqueeze(-2) + torch.einsum("tij,tjh->tih", res_mix, residual)
 
     monkeypatch.setattr(tilelang, "mhc_post_tilelang", mhc_post)
     monkeypatch.setattr(tilelang, "hc_head_fused_kernel_tilelang", lambda streams, *weights: streams.sum(dim=1))
     layers = [HyperConnectionLayer(seed) for seed in range(3)]
-    decoder = DeepseekV4Decoder(SimpleNamespace(model=SimpleNamespace(layers=layers, norm=torch.nn.Identity(), hc_mult=STREAMS,
-        hc_head_fn=None, hc_head_scale=None, hc_head_base=None, rms_norm_eps=1e-6, hc_eps=1e-6)))
+    decoder = DeepseekV4Decoder(
+        SimpleNamespace(
+            model=SimpleNamespace(
+                layers=layers,
+                norm=torch.nn.Identity(),
+                hc_mult=STREAMS,
+                hc_head_fn=None,
+                hc_head_scale=None,
+                hc_head_base=None,
+                rms_norm_eps=1e-6,
+                hc_eps=1e-6,
+            )
+        )
+    )
     assert not decoder.compiles and decoder.needs_input_ids
     generator = torch.Generator().manual_seed(11)
     inputs = torch.randn(TOKENS, HIDDEN, generator=generator)
@@ -294,7 +353,10 @@ def test_deepseek_v4_reflects_x_and_every_residual_stream_and_passes_the_mixes(m
     out = run_stack(decoder, torch.arange(TOKENS), inputs, input_ids, vectors, rows)
 
     # vLLM 0.25's layers (no hc_attn_fn_broadcast) get the embeddings repeated over the 4 streams.
-    assert torch.equal(layers[0].seen[0]["x"], inputs.unsqueeze(1).repeat(1, STREAMS, 1)) and layers[0].seen[0]["residual"] is None
+    assert (
+        torch.equal(layers[0].seen[0]["x"], inputs.unsqueeze(1).repeat(1, STREAMS, 1))
+        and layers[0].seen[0]["residual"] is None
+    )
     for index, layer in enumerate(layers):
         assert layer.seen[0]["input_ids"] is input_ids
     # Layer i+1 receives layer i's x and every residual stream reflected by v_i, its mixes unchanged.
@@ -319,7 +381,9 @@ def test_deepseek_v4_on_vllm_0_28_hands_the_first_layer_the_embeddings() -> None
     """0.28's first layer broadcasts [T, H] embeddings over the streams itself (hc_attn_fn_broadcast)."""
     layer = HyperConnectionLayer(0)
     layer.hc_attn_fn_broadcast = None
-    decoder = DeepseekV4Decoder(SimpleNamespace(model=SimpleNamespace(layers=[layer], norm=torch.nn.Identity(), hc_mult=STREAMS)))
+    decoder = DeepseekV4Decoder(
+        SimpleNamespace(model=SimpleNamespace(layers=[layer], norm=torch.nn.Identity(), hc_mult=STREAMS))
+    )
     inputs = torch.randn(TOKENS, HIDDEN)
     assert decoder.initial_state(inputs)[0] is inputs
 

@@ -29,8 +29,10 @@ def _engine(statuses: list[str], calls: list[PocBatch]) -> MlnodeEngine:
     engine = MlnodeEngine.__new__(MlnodeEngine)
     engine.poc_compiled = True
     engine._llm = SimpleNamespace(  # type: ignore[attr-defined]
-        vllm_config=SimpleNamespace(scheduler_config=SimpleNamespace(max_num_batched_tokens=MAX_TOKENS, max_num_seqs=MAX_SEQS),
-            model_config=SimpleNamespace(max_model_len=MAX_MODEL_LEN)),
+        vllm_config=SimpleNamespace(
+            scheduler_config=SimpleNamespace(max_num_batched_tokens=MAX_TOKENS, max_num_seqs=MAX_SEQS),
+            model_config=SimpleNamespace(max_model_len=MAX_MODEL_LEN),
+        ),
         engine_core=SimpleNamespace(call_utility_async=call_utility_async),
     )
     return engine
@@ -78,7 +80,9 @@ def test_a_first_batch_that_cannot_run_stops_the_start(on_gpu: None) -> None:
         (32768, 4, 4096, (4, 4096)),  # few sequences, a short context: as large as both allow
     ],
 )
-def test_a_full_size_batch_fits_the_bounds_of_a_step(max_tokens: int, max_seqs: int, max_len: int, shape: tuple[int, int]) -> None:
+def test_a_full_size_batch_fits_the_bounds_of_a_step(
+    max_tokens: int, max_seqs: int, max_len: int, shape: tuple[int, int]
+) -> None:
     nonces, seq_len = full_size_shape(max_tokens, max_seqs, max_len)
     assert (nonces, seq_len) == shape
     assert nonces <= max_seqs and nonces * seq_len <= max_tokens and PREPARE_SEQ_LEN <= seq_len <= max_len

@@ -22,7 +22,11 @@ def test_rounds_nonces_and_the_running_rate() -> None:
         status = poc_pb2.RoundStatus(nonces_produced=nonces, nonces_per_second_last_minute=rate)
         return SimpleNamespace(state=RoundState.GENERATING, nonces_produced=nonces, status=lambda: status)
 
-    assert (sample("mlnode_poc_nonces_total"), sample("mlnode_poc_round_running"), sample("mlnode_poc_nonces_per_second")) == (0, 0, 0)
+    assert (
+        sample("mlnode_poc_nonces_total"),
+        sample("mlnode_poc_round_running"),
+        sample("mlnode_poc_nonces_per_second"),
+    ) == (0, 0, 0)
     control.running = running(16, 4.0)
     metrics.round_started(control.running)
     assert (sample("mlnode_poc_rounds_started_total"), sample("mlnode_poc_nonces_total")) == (1, 16)
@@ -31,5 +35,7 @@ def test_rounds_nonces_and_the_running_rate() -> None:
     control.running.state = RoundState.STOPPED
     metrics.round_ended(control.running)
     control.running = None
-    assert sample("mlnode_poc_nonces_total") == 16 and sample("mlnode_poc_rounds_ended_total", {"outcome": "stopped"}) == 1
+    assert (
+        sample("mlnode_poc_nonces_total") == 16 and sample("mlnode_poc_rounds_ended_total", {"outcome": "stopped"}) == 1
+    )
     assert (sample("mlnode_poc_round_running"), sample("mlnode_poc_nonces_per_second")) == (0, 0)

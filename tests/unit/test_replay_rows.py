@@ -31,7 +31,9 @@ def update(size: int, added=(), removed=(), moved=()) -> BatchUpdate:
 def test_each_row_is_forced_to_its_own_next_token_wherever_it_moves() -> None:
     rows = ReplayRows(None, torch.device("cpu"), False)
     out_a, out_b = [], [11]
-    rows.update_state(update(3, added=[(0, params([7, 8, 9]), [1], out_a), (2, params([20, 21]), [1], out_b), (1, params(), [1], [])]))
+    rows.update_state(
+        update(3, added=[(0, params([7, 8, 9]), [1], out_a), (2, params([20, 21]), [1], out_b), (1, params(), [1], [])])
+    )
     sampled = torch.tensor([100, 101, 102])
     assert rows.enforce(sampled).tolist() == [7, 101, 21]  # b is at position 1
     out_a.append(7)
@@ -53,7 +55,16 @@ def test_an_added_row_replaces_whatever_held_its_index() -> None:
 
 def test_modes_are_counted_for_rows_that_want_logprobs() -> None:
     rows = ReplayRows(None, torch.device("cpu"), False)
-    rows.update_state(update(3, added=[(0, params(mode=RAW), [1], []), (1, params(mode=PROCESSED), [1], []), (2, params(mode=RAW, logprobs=None), [1], [])]))
+    rows.update_state(
+        update(
+            3,
+            added=[
+                (0, params(mode=RAW), [1], []),
+                (1, params(mode=PROCESSED), [1], []),
+                (2, params(mode=RAW, logprobs=None), [1], []),
+            ],
+        )
+    )
     assert rows.logprobs_modes() == {RAW, PROCESSED}
     assert rows.rows_in_mode(RAW, 3, torch.device("cpu")).tolist() == [True, False, False]
     rows.update_state(update(2, removed=[1]))

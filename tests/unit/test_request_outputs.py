@@ -88,7 +88,9 @@ def test_no_positions_give_empty_columns() -> None:
 
 def request_output(token_ids, *, logprobs=None, finish=None, prompt_logprobs=None, index: int = 0) -> RequestOutput:
     completion = CompletionOutput(index, "text", token_ids, None, logprobs, finish_reason=finish)
-    return RequestOutput("r", None, [10, 11, 12], prompt_logprobs, [completion], finish is not None, num_cached_tokens=2)
+    return RequestOutput(
+        "r", None, [10, 11, 12], prompt_logprobs, [completion], finish is not None, num_cached_tokens=2
+    )
 
 
 def test_a_final_abort_without_tokens_ignores_the_history_vllm_attaches() -> None:
@@ -105,7 +107,9 @@ def test_a_final_abort_without_tokens_ignores_the_history_vllm_attaches() -> Non
 def test_prompt_logprobs_come_once_from_position_one() -> None:
     prompt_flat = FlatLogprobs()
     prompt_flat.append(None)  # vLLM leaves position 0 (the unscored first token) empty
-    prompt_flat.extend(flat_positions([(11, -2.0, 3, [(4, -0.5), (5, -1.0)]), (12, -0.1, 1, [(12, -0.1), (6, -3.0)])], k=2))
+    prompt_flat.extend(
+        flat_positions([(11, -2.0, 3, [(4, -0.5), (5, -1.0)]), (12, -0.1, 1, [(12, -0.1), (6, -3.0)])], k=2)
+    )
     reader = RequestOutputReader(top_logprobs=None, prompt_logprobs=2, include_text=True)
     first = reader.step(request_output([5], prompt_logprobs=prompt_flat))
     assert first.prompt_logprobs.token_ids == [11, 12] and first.prompt_logprobs.logprobs.ranks == [3, 1]

@@ -12,7 +12,9 @@ from server.translation import GenerationPlan
 
 PROMPT = [10, 11, 12]
 COLUMNS = LogprobColumns(
-    logprobs=[-0.5, -3.0, -0.9], ranks=[1, 6, 2], top_ids=[7, 3, 9, 1, 2, 5, 1, 2, 8],
+    logprobs=[-0.5, -3.0, -0.9],
+    ranks=[1, 6, 2],
+    top_ids=[7, 3, 9, 1, 2, 5, 1, 2, 8],
     top_logprobs=[-0.5, -1.5, -2.0, -0.1, -0.9, -1.1, -0.2, -0.9, -1.4],
 )
 
@@ -26,8 +28,12 @@ def finish(reason: FinishReason, stop_reason: int | str | None = None, cached: i
     return Finish(reason, stop_reason, len(PROMPT), cached)
 
 
-def step(token_ids, *, index=0, text="", logprobs=None, finished: Finish | None = None, prompt_logprobs=None) -> GenerationStep:
-    return GenerationStep([OutputDelta(index, token_ids, logprobs, text, finished)], finished is not None, prompt_logprobs)
+def step(
+    token_ids, *, index=0, text="", logprobs=None, finished: Finish | None = None, prompt_logprobs=None
+) -> GenerationStep:
+    return GenerationStep(
+        [OutputDelta(index, token_ids, logprobs, text, finished)], finished is not None, prompt_logprobs
+    )
 
 
 def test_a_delta_is_split_into_messages_of_at_most_the_asked_size() -> None:
@@ -52,13 +58,18 @@ def test_stop_token_and_length_and_abort_finishes() -> None:
     assert by_token.WhichOneof("stop_reason") == "stop_token_id" and by_token.stop_token_id == 151645
     eos = ResponseEncoder("r", plan()).encode(step([3], finished=finish(FinishReason.STOP)))[0].finish
     assert eos.WhichOneof("stop_reason") is None
-    assert ResponseEncoder("r", plan()).encode(step([3], finished=finish(FinishReason.LENGTH)))[0].finish.reason == pb.FINISH_REASON_LENGTH
+    assert (
+        ResponseEncoder("r", plan()).encode(step([3], finished=finish(FinishReason.LENGTH)))[0].finish.reason
+        == pb.FINISH_REASON_LENGTH
+    )
     aborted = ResponseEncoder("r", plan(top_logprobs=3)).encode(step([], finished=finish(FinishReason.ABORT)))
     assert len(aborted) == 1 and not aborted[0].tokens.ids and aborted[0].finish.reason == pb.FINISH_REASON_ABORT
 
 
 def test_outputs_of_n_keep_their_index_and_their_own_counts() -> None:
-    both = GenerationStep([OutputDelta(0, [1, 2], None, "", None), OutputDelta(2, [3], None, "", finish(FinishReason.LENGTH))], False)
+    both = GenerationStep(
+        [OutputDelta(0, [1, 2], None, "", None), OutputDelta(2, [3], None, "", finish(FinishReason.LENGTH))], False
+    )
     messages = ResponseEncoder("r", plan()).encode(both)
     assert [(m.output_index, list(m.tokens.ids)) for m in messages] == [(0, [1, 2]), (2, [3])]
     assert messages[1].finish.usage.completion_tokens == 1
@@ -66,7 +77,11 @@ def test_outputs_of_n_keep_their_index_and_their_own_counts() -> None:
 
 def test_one_failed_output_of_n_finishes_with_error_and_the_others_go_on() -> None:
     encoder = ResponseEncoder("r", plan())
-    failed = encoder.encode(GenerationStep([OutputDelta(0, [1], None, "", None), OutputDelta(1, [], None, "", finish(FinishReason.ERROR))], False))
+    failed = encoder.encode(
+        GenerationStep(
+            [OutputDelta(0, [1], None, "", None), OutputDelta(1, [], None, "", finish(FinishReason.ERROR))], False
+        )
+    )
     assert failed[1].output_index == 1 and failed[1].finish.reason == pb.FINISH_REASON_ERROR
     assert not failed[0].HasField("finish")
     later = encoder.encode(GenerationStep([OutputDelta(0, [2], None, "", finish(FinishReason.LENGTH))], True))
@@ -94,7 +109,11 @@ def test_a_step_in_one_message_matches_the_split_one() -> None:
         encoder = ResponseEncoder("r", plan(top_logprobs=top_logprobs, chunk=chunk))
         columns = COLUMNS if top_logprobs else None
         first = step([5], logprobs=columns.slice(0, 1, 3) if columns else None)
-        last = step([7, 4], logprobs=columns.slice(1, 3, 3) if columns else None, finished=finish(FinishReason.STOP, 4, cached=1))
+        last = step(
+            [7, 4],
+            logprobs=columns.slice(1, 3, 3) if columns else None,
+            finished=finish(FinishReason.STOP, 4, cached=1),
+        )
         return encoder.encode(first) + encoder.encode(last)
 
     for top_logprobs in (3, None):

@@ -22,7 +22,9 @@ REFUSAL = ServiceError(grpc.StatusCode.UNAUTHENTICATED, Reason.AUTH_TOKEN_REQUIR
 
 async def stream(request: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
     if request == b"bad":
-        await abort_with(context, invalid_field("token_ids.ids[0]", "outside the vocabulary", Reason.TOKEN_OUT_OF_VOCABULARY))
+        await abort_with(
+            context, invalid_field("token_ids.ids[0]", "outside the vocabulary", Reason.TOKEN_OUT_OF_VOCABULARY)
+        )
     if request == b"wait":
         await asyncio.Event().wait()
     for message in (b"one", b"two"):
@@ -37,7 +39,9 @@ class Refusing(grpc.aio.ServerInterceptor):
     """Refuses method Refused, as the server's auth and gate interceptors refuse calls."""
 
     async def intercept_service(
-        self, continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]], details: grpc.HandlerCallDetails
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(details)
         return refusing_handler(handler, REFUSAL) if details.method.endswith("/Refused") else handler
@@ -59,7 +63,10 @@ async def scenario(registry: CollectorRegistry) -> None:
             for _ in range(2):
                 assert [message async for message in streamed(b"ok")] == [b"one", b"two"]
             assert await channel.unary_unary(f"/{SERVICE}/Unary")(b"x") == b"x"
-            refusals = ((b"bad", "Stream", grpc.StatusCode.INVALID_ARGUMENT), (b"ok", "Refused", grpc.StatusCode.UNAUTHENTICATED))
+            refusals = (
+                (b"bad", "Stream", grpc.StatusCode.INVALID_ARGUMENT),
+                (b"ok", "Refused", grpc.StatusCode.UNAUTHENTICATED),
+            )
             for request, method, code in refusals:
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
                     [message async for message in channel.unary_stream(f"/{SERVICE}/{method}")(request)]
@@ -99,6 +106,7 @@ def test_rpcs_are_counted_by_method_code_and_reason() -> None:
     assert handled("Stream", "OK") == 2 and handled("Unary", "OK", "unary") == 1
     assert handled("Stream", "INVALID_ARGUMENT") == 1 and handled("Refused", "UNAUTHENTICATED") == 1
     assert handled("Stream", "DEADLINE_EXCEEDED") == 1 and handled("Stream", "CANCELLED") == 1
+
     def errors(method: str, code: str, reason: str) -> float:
         return value(registry, "grpc_server_errors_total", grpc_method=method, grpc_code=code, reason=reason)
 

@@ -32,7 +32,14 @@ def test_defaults() -> None:
 
 def test_given_values_in_their_units() -> None:
     given = options(
-        "--max-request-mb", "3", "--max-prompt-chars", "5000", "--engine-call-timeout", "2.5", "--engine-stuck-after", "9"
+        "--max-request-mb",
+        "3",
+        "--max-prompt-chars",
+        "5000",
+        "--engine-call-timeout",
+        "2.5",
+        "--engine-stuck-after",
+        "9",
     )
     assert given.max_request_bytes == 3 * 1024 * 1024
     assert given.max_prompt_chars == 5000
@@ -95,14 +102,41 @@ def test_the_command_line_module_imports_no_engine() -> None:
 def test_security_and_limit_flags() -> None:
     defaults = options()
     assert (defaults.tls_cert_file, defaults.auth_token_file, defaults.max_concurrent_streams) == (None, None, 1024)
-    assert (defaults.keepalive_time_seconds, defaults.keepalive_timeout_seconds, defaults.keepalive_min_ping_interval_seconds) == (30.0, 10.0, 10.0)
+    assert (
+        defaults.keepalive_time_seconds,
+        defaults.keepalive_timeout_seconds,
+        defaults.keepalive_min_ping_interval_seconds,
+    ) == (30.0, 10.0, 10.0)
     given = options(
-        "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-client-ca", "ca.pem", "--auth-token-file", "token",
-        "--max-concurrent-streams", "0", "--keepalive-time", "1.5", "--keepalive-timeout", "2", "--keepalive-min-ping-interval", "3",
+        "--tls-cert",
+        "c.pem",
+        "--tls-key",
+        "k.pem",
+        "--tls-client-ca",
+        "ca.pem",
+        "--auth-token-file",
+        "token",
+        "--max-concurrent-streams",
+        "0",
+        "--keepalive-time",
+        "1.5",
+        "--keepalive-timeout",
+        "2",
+        "--keepalive-min-ping-interval",
+        "3",
     )
-    assert (given.tls_cert_file, given.tls_key_file, given.tls_client_ca_file, given.auth_token_file) == ("c.pem", "k.pem", "ca.pem", "token")
+    assert (given.tls_cert_file, given.tls_key_file, given.tls_client_ca_file, given.auth_token_file) == (
+        "c.pem",
+        "k.pem",
+        "ca.pem",
+        "token",
+    )
     assert given.max_concurrent_streams == 0  # no bound
-    assert (given.keepalive_time_seconds, given.keepalive_timeout_seconds, given.keepalive_min_ping_interval_seconds) == (1.5, 2.0, 3.0)
+    assert (
+        given.keepalive_time_seconds,
+        given.keepalive_timeout_seconds,
+        given.keepalive_min_ping_interval_seconds,
+    ) == (1.5, 2.0, 3.0)
 
 
 @pytest.mark.parametrize(
@@ -121,7 +155,9 @@ def test_bad_limit_values_exit_2(flag: str, value: str, message: str, capsys: py
 
 
 @pytest.mark.parametrize("argv", [("--auth-token", "s3cret-value"), ("--auth-token=s3cret-value",), ("--auth-token",)])
-def test_a_token_on_the_command_line_is_refused_without_being_repeated(argv: tuple[str, ...], capsys: pytest.CaptureFixture) -> None:
+def test_a_token_on_the_command_line_is_refused_without_being_repeated(
+    argv: tuple[str, ...], capsys: pytest.CaptureFixture
+) -> None:
     with pytest.raises(SystemExit) as exited:
         options(*argv)
     assert exited.value.code == 2

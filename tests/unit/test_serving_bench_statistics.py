@@ -14,7 +14,13 @@ from benchmarks.serving.summary import percentile, summarize
 
 
 def round_result(
-    server: str, logprobs: bool, cycle: int, cpu: float, tokens_per_second: float = 100.0, streams: int = 64, engine_cpu: float = 5000.0
+    server: str,
+    logprobs: bool,
+    cycle: int,
+    cpu: float,
+    tokens_per_second: float = 100.0,
+    streams: int = 64,
+    engine_cpu: float = 5000.0,
 ) -> RoundResult:
     return RoundResult(
         server=server,
@@ -44,7 +50,11 @@ def test_the_summary_takes_medians_and_keeps_the_spread() -> None:
     rounds.append(round_result("openai", True, 0, 180.0))
     ours, openai = summarize(rounds)
     assert (ours.server, ours.cycles, openai.cycles) == ("ours", 3, 1)
-    assert (ours.api_cpu_us_per_token, ours.api_cpu_min_us_per_token, ours.api_cpu_max_us_per_token) == (60.0, 50.0, 70.0)
+    assert (ours.api_cpu_us_per_token, ours.api_cpu_min_us_per_token, ours.api_cpu_max_us_per_token) == (
+        60.0,
+        50.0,
+        70.0,
+    )
     assert ours.api_user_share == pytest.approx(0.75)
 
 
@@ -68,7 +78,9 @@ def test_ratios_pair_rounds_of_the_same_cycle_only() -> None:
         round_result("openai", True, 1, 240.0),
         round_result("ours", True, 2, 61.0),  # its rival's round of cycle 2 is missing
     ]
-    assert paired_ratios(rounds, ("ours", True), ("openai", True), 64, "api_cpu_us_per_token") == pytest.approx((0.3, 0.3))
+    assert paired_ratios(rounds, ("ours", True), ("openai", True), 64, "api_cpu_us_per_token") == pytest.approx(
+        (0.3, 0.3)
+    )
 
 
 def test_cpu_goals_are_judged_on_the_median_of_the_paired_ratios() -> None:
@@ -97,7 +109,10 @@ def test_the_engine_cpu_goal_against_openai_is_judged_on_the_median_of_the_paire
     assert engine.per_cycle == pytest.approx((1.01, 1.03, 0.98))
     assert engine.ratio == pytest.approx(1.01)
     assert (engine.goal, engine.met) == ("≤ 1.02", True)  # one cycle alone was over it
-    heavier = [replace(r, engine_cpu_us_per_token=r.engine_cpu_us_per_token * 1.05) if r.server == "ours" else r for r in rounds]
+    heavier = [
+        replace(r, engine_cpu_us_per_token=r.engine_cpu_us_per_token * 1.05) if r.server == "ours" else r
+        for r in rounds
+    ]
     assert next(check for check in goal_checks(heavier, 64) if check.description.startswith("engine")).met is False
 
 
@@ -109,8 +124,14 @@ def test_the_engine_cpu_goal_is_stated_against_openai_only() -> None:
 def test_ttft_goals_are_judged_on_the_samples_of_all_cycles() -> None:
     # Ours had two streams late in two cycles; the rival ten streams a whole step late in one.
     fast, two_late, ten_late = (100.0,) * 99 + (150.0,), (100.0,) * 98 + (200.0,) * 2, (100.0,) * 90 + (600.0,) * 10
-    ours = [replace(round_result("ours", False, cycle, 50.0), ttft_samples_ms=samples) for cycle, samples in enumerate((two_late, two_late, fast))]
-    rival = [replace(round_result("vllm-grpc", False, cycle, 55.0), ttft_samples_ms=samples) for cycle, samples in enumerate((fast, fast, ten_late))]
+    ours = [
+        replace(round_result("ours", False, cycle, 50.0), ttft_samples_ms=samples)
+        for cycle, samples in enumerate((two_late, two_late, fast))
+    ]
+    rival = [
+        replace(round_result("vllm-grpc", False, cycle, 55.0), ttft_samples_ms=samples)
+        for cycle, samples in enumerate((fast, fast, ten_late))
+    ]
     rounds = [replace(r, ttft_p99_ms=percentile(r.ttft_samples_ms, 99)) for r in ours + rival]
     p99 = next(check for check in goal_checks(rounds, 64) if check.description.startswith("TTFT p99"))
     assert median(p99.per_cycle) > 1  # cycle by cycle ours lost twice
@@ -127,4 +148,9 @@ def test_a_pair_not_measured_at_the_goal_concurrency_gives_no_check() -> None:
 
 def test_each_cycle_starts_one_configuration_later() -> None:
     order = ["a", "b", "c"]
-    assert [rotated(order, cycle) for cycle in range(4)] == [["a", "b", "c"], ["b", "c", "a"], ["c", "a", "b"], ["a", "b", "c"]]
+    assert [rotated(order, cycle) for cycle in range(4)] == [
+        ["a", "b", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["a", "b", "c"],
+    ]

@@ -34,8 +34,15 @@ REQUEST_ID = "request-1"
 def engine_request(request_id: str) -> EngineCoreRequest:
     params = SamplingParams(max_tokens=4, detokenize=False, output_kind=RequestOutputKind.DELTA)
     return EngineCoreRequest(
-        request_id=request_id, prompt_token_ids=list(PROMPT), mm_features=None, sampling_params=params,
-        pooling_params=None, arrival_time=ARRIVAL, lora_request=None, cache_salt=None, data_parallel_rank=None,
+        request_id=request_id,
+        prompt_token_ids=list(PROMPT),
+        mm_features=None,
+        sampling_params=params,
+        pooling_params=None,
+        arrival_time=ARRIVAL,
+        lora_request=None,
+        cache_salt=None,
+        data_parallel_rank=None,
         external_req_id=request_id,
     )
 
@@ -46,7 +53,9 @@ def engine_output(request_id: str, tokens: list[int], finish: FinishReason | Non
     events = EVENTS if first else None
     prefill = PrefillStats()
     prefill.set(num_prompt_tokens=len(PROMPT), num_local_cached_tokens=CACHED, num_external_cached_tokens=0)
-    return EngineCoreOutput(request_id, tokens, finish_reason=finish, prefill_stats=prefill if first else None, events=events)
+    return EngineCoreOutput(
+        request_id, tokens, finish_reason=finish, prefill_stats=prefill if first else None, events=events
+    )
 
 
 def recorded_stats(stats: IterationStats) -> dict:
@@ -102,4 +111,6 @@ def test_without_request_metrics_a_token_stream_adds_its_token_counts_only() -> 
     lean = token_stream_stats(request_metrics=False)
     assert [(step["num_prompt_tokens"], step["num_generation_tokens"]) for step in lean] == [(4, 1), (0, 1), (0, 2)]
     for step in lean:
-        assert not (step["time_to_first_tokens_iter"] or step["inter_token_latencies_iter"] or step["finished_requests"])
+        assert not (
+            step["time_to_first_tokens_iter"] or step["inter_token_latencies_iter"] or step["finished_requests"]
+        )

@@ -67,7 +67,9 @@ def test_token_streams_serve_streamed_text_free_single_outputs_only() -> None:
     assert not token_stream_possible(params(stop=["x"], detokenize=True))
 
 
-def output(token_ids: list[int], rows=None, *, packed: bool = True, finish: FinishReason | None = None, stop=None) -> EngineCoreOutput:
+def output(
+    token_ids: list[int], rows=None, *, packed: bool = True, finish: FinishReason | None = None, stop=None
+) -> EngineCoreOutput:
     lists = logprob_lists(rows) if rows else None
     return EngineCoreOutput(
         request_id="r-1",
@@ -96,7 +98,9 @@ def test_steps_the_consumer_missed_arrive_merged_in_order() -> None:
     stream.append(output([8], [ROW_C]))
     delta = take(stream)
     assert delta.token_ids == [7, 4, 8] and delta.finish is None
-    assert delta.logprobs == LogprobColumns(*unpack([(2, pack(logprob_lists([ROW_A, ROW_B]))), (1, pack(logprob_lists([ROW_C])))], 2))
+    assert delta.logprobs == LogprobColumns(
+        *unpack([(2, pack(logprob_lists([ROW_A, ROW_B]))), (1, pack(logprob_lists([ROW_C])))], 2)
+    )
 
 
 def test_unpacked_engine_logprobs_give_the_same_columns() -> None:

@@ -39,9 +39,15 @@ def test_busy_share_gaps_and_their_causes(tmp_path: Path) -> None:
     text = report(path, "poc_batch", rows=5)
     assert "device busy 0.5 ms of 1.0 ms (50.0%); 3 idle gaps >= 20 us, 0.5 ms in all" in text
     # The 300-us gap before add_kernel: launched inside aten::add (the innermost op), overlapped by the sync.
-    assert "0.30 ms at +    0.4 ms: fused_moe_kernel -> add_kernel (launched in aten::add; cudaStreamSynchronize 0.25 ms)" in text
+    assert (
+        "0.30 ms at +    0.4 ms: fused_moe_kernel -> add_kernel (launched in aten::add; cudaStreamSynchronize 0.25 ms)"
+        in text
+    )
     assert "     0.25 ms  cudaStreamSynchronize" in text
-    assert "0.10 ms at +    0.0 ms: (window start) -> fused_moe_kernel (launched in vllm::moe_forward; no host call)" in text
+    assert (
+        "0.10 ms at +    0.0 ms: (window start) -> fused_moe_kernel (launched in vllm::moe_forward; no host call)"
+        in text
+    )
     assert "0.10 ms at +    0.9 ms: add_kernel -> (window end)" in text
 
 
@@ -62,8 +68,10 @@ def test_how_far_ahead_the_host_launched(tmp_path: Path) -> None:
     path.write_text(json.dumps(_trace()))
     text = report(path, "poc_batch", rows=5)
     # fused_moe_kernel starts 75 us after its launch ended, add_kernel 52 us; the last launch ends at 648 us.
-    assert ("the host's lead over the device (kernel start - its launch's end), 2 launches: "
-            "min 0.05 ms, median 0.07 ms, max 0.07 ms; last launch at +0.6 ms of 1.0 ms") in text
+    assert (
+        "the host's lead over the device (kernel start - its launch's end), 2 launches: "
+        "min 0.05 ms, median 0.07 ms, max 0.07 ms; last launch at +0.6 ms of 1.0 ms"
+    ) in text
     assert "      0.35 ms in    1 calls  cudaStreamSynchronize" in text
 
 
@@ -72,4 +80,6 @@ def test_kernels_launched_before_the_window_count_with_their_launch(tmp_path: Pa
     events = [_x("user_annotation", "poc_batch", 680, 320)] + _trace()["traceEvents"][1:]  # type: ignore[index]
     path.write_text(json.dumps({"traceEvents": events}))
     # Only add_kernel starts in the window, launched 32 us before the window opened.
-    assert "1 launches: min 0.05 ms, median 0.05 ms, max 0.05 ms; last launch at -0.0 ms of 0.3 ms" in report(path, "poc_batch", rows=5)
+    assert "1 launches: min 0.05 ms, median 0.05 ms, max 0.05 ms; last launch at -0.0 ms of 0.3 ms" in report(
+        path, "poc_batch", rows=5
+    )

@@ -18,8 +18,16 @@ from server.translation.chat_template import client_template_variables
 from server.translation.prompt import PromptLimits, PromptReader, integral_numbers_as_ints
 
 FACTS = ModelFacts(
-    served_model_name="tiny", model_path="/m", max_model_len=64, vocab_size=151936, tokenizer_max_token_id=151668,
-    eos_token_id=151645, bos_token_id=None, dtype="bfloat16", max_logprobs=20, tensor_parallel_size=1,
+    served_model_name="tiny",
+    model_path="/m",
+    max_model_len=64,
+    vocab_size=151936,
+    tokenizer_max_token_id=151668,
+    eos_token_id=151645,
+    bos_token_id=None,
+    dtype="bfloat16",
+    max_logprobs=20,
+    tensor_parallel_size=1,
     has_chat_template=True,
 )
 MAX_CHARS = 400
@@ -57,23 +65,60 @@ def test_unset_sampling_fields_are_left_to_the_engine_but_max_tokens(translator:
     # The contract's default for max_tokens is the rest of the context (vLLM's own would be 16).
     assert dict(request.sampling) == {"max_tokens": FACTS.max_model_len - 3}
     assert request.top_logprobs is None and request.prompt_logprobs is None
-    assert (request.include_text, request.final_only, request.constraint, request.request_id) == (False, False, None, "r-1")
+    assert (request.include_text, request.final_only, request.constraint, request.request_id) == (
+        False,
+        False,
+        None,
+        "r-1",
+    )
 
 
 def test_set_fields_are_passed_through(translator: RequestTranslator) -> None:
     request = build_request(
-        token_ids=[1, 2, 3], temperature=0.8, top_p=0.5, top_k=7, min_p=0.25, presence_penalty=0.5, frequency_penalty=-0.5,
-        repetition_penalty=1.5, seed=-3, max_tokens=9, min_tokens=2, stop=["x"], stop_token_ids=[5], ignore_eos=True, n=2,
-        skip_special_tokens=False, top_logprobs=5, prompt_logprobs=1, final_only=True, include_text=True,
+        token_ids=[1, 2, 3],
+        temperature=0.8,
+        top_p=0.5,
+        top_k=7,
+        min_p=0.25,
+        presence_penalty=0.5,
+        frequency_penalty=-0.5,
+        repetition_penalty=1.5,
+        seed=-3,
+        max_tokens=9,
+        min_tokens=2,
+        stop=["x"],
+        stop_token_ids=[5],
+        ignore_eos=True,
+        n=2,
+        skip_special_tokens=False,
+        top_logprobs=5,
+        prompt_logprobs=1,
+        final_only=True,
+        include_text=True,
     )
     generation = plan(translator, request).request
     assert generation.sampling == {
-        "temperature": pytest.approx(0.8), "top_p": 0.5, "top_k": 7, "min_p": 0.25, "presence_penalty": 0.5,
-        "frequency_penalty": -0.5, "repetition_penalty": 1.5, "seed": -3, "max_tokens": 9, "min_tokens": 2, "n": 2,
-        "ignore_eos": True, "skip_special_tokens": False,
+        "temperature": pytest.approx(0.8),
+        "top_p": 0.5,
+        "top_k": 7,
+        "min_p": 0.25,
+        "presence_penalty": 0.5,
+        "frequency_penalty": -0.5,
+        "repetition_penalty": 1.5,
+        "seed": -3,
+        "max_tokens": 9,
+        "min_tokens": 2,
+        "n": 2,
+        "ignore_eos": True,
+        "skip_special_tokens": False,
     }
     assert (generation.stop, generation.stop_token_ids) == (("x",), (5,))
-    assert (generation.top_logprobs, generation.prompt_logprobs, generation.final_only, generation.include_text) == (5, 1, True, True)
+    assert (generation.top_logprobs, generation.prompt_logprobs, generation.final_only, generation.include_text) == (
+        5,
+        1,
+        True,
+        True,
+    )
 
 
 def test_prompt_logprobs_can_be_asked_for_alone(translator: RequestTranslator) -> None:
@@ -84,13 +129,27 @@ def test_prompt_logprobs_can_be_asked_for_alone(translator: RequestTranslator) -
 
 
 def test_text_and_chat_are_tokenized_by_the_model(translator: RequestTranslator, tokenizer) -> None:
-    assert plan(translator, build_request(prompt="Hello world, this is a test")).request.prompt_token_ids == [9707, 1879, 11, 419, 374, 264, 1273]
+    assert plan(translator, build_request(prompt="Hello world, this is a test")).request.prompt_token_ids == [
+        9707,
+        1879,
+        11,
+        419,
+        374,
+        264,
+        1273,
+    ]
     chat = plan(translator, build_request(messages=[("user", "Hi")])).request.prompt_token_ids
     assert tokenizer.decode(chat) == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
-    bare = plan(translator, build_request(messages=[("user", "Hi")], add_generation_prompt=False)).request.prompt_token_ids
+    bare = plan(
+        translator, build_request(messages=[("user", "Hi")], add_generation_prompt=False)
+    ).request.prompt_token_ids
     assert tokenizer.decode(bare) == "<|im_start|>user\nHi<|im_end|>\n"
-    no_thinking = plan(translator, build_request(messages=[("user", "Hi")], chat_template_kwargs={"enable_thinking": False}))
-    assert tokenizer.decode(no_thinking.request.prompt_token_ids).endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    no_thinking = plan(
+        translator, build_request(messages=[("user", "Hi")], chat_template_kwargs={"enable_thinking": False})
+    )
+    assert tokenizer.decode(no_thinking.request.prompt_token_ids).endswith(
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
 
 
 def test_only_the_templates_own_variables_are_open_to_clients(tokenizer, translator: RequestTranslator) -> None:
@@ -130,7 +189,10 @@ def test_the_constraint_field_is_remembered_for_engine_rejections(translator: Re
         ({"token_ids": [1] * 64}, "token_ids"),
         ({"token_ids": [1] * 60, "max_tokens": 5}, "sampling.max_tokens"),
         ({"token_ids": [1, 151936 + 5]}, "token_ids.ids[1]"),
-        ({"messages": [("user", "x")], "chat_template_kwargs": {"unknown": 1}, "top_logprobs": 99}, "logprobs.top_logprobs"),
+        (
+            {"messages": [("user", "x")], "chat_template_kwargs": {"unknown": 1}, "top_logprobs": 99},
+            "logprobs.top_logprobs",
+        ),
     ],
 )
 def test_limits_of_the_model_are_enforced(translator: RequestTranslator, request_kwargs: dict, field: str) -> None:
@@ -147,7 +209,9 @@ def test_a_huge_text_is_counted_in_pieces_exactly_as_whole(tokenizer) -> None:
     from server.tokenizer_pool import WHOLE_TEXT_CHARS, _count_in_pieces, _encode
 
     words = ["alpha", "beta,", "gamma.", "delta42", "  spaced", "\nline", "ünï", "中文"]
-    text = " ".join(words[i % len(words)] + str(i % 7) for i in range(WHOLE_TEXT_CHARS // 6))[: WHOLE_TEXT_CHARS + 50_000]
+    text = " ".join(words[i % len(words)] + str(i % 7) for i in range(WHOLE_TEXT_CHARS // 6))[
+        : WHOLE_TEXT_CHARS + 50_000
+    ]
     exact = len(tokenizer.backend_tokenizer.encode_batch([text])[0])
     pieces, counted = _count_in_pieces(tokenizer.backend_tokenizer, text)
     assert pieces > 1 and abs(counted - exact) <= 2 * (pieces - 1)

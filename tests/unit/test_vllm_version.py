@@ -15,7 +15,9 @@ def test_the_verified_releases_are_accepted(version: str) -> None:
 
 @pytest.mark.parametrize("version", ["0.15.1", "0.20.1", "0.30.0", "0.25.0", "0.25.2", "0.28.1", "0.28.0rc1", "0.26.0"])
 def test_other_releases_are_refused_with_a_clear_message(version: str) -> None:
-    with pytest.raises(UnsupportedVllmVersion, match=rf"supports vLLM 0\.25\.1, 0\.28\.0 only, but vLLM {version} is installed"):
+    with pytest.raises(
+        UnsupportedVllmVersion, match=rf"supports vLLM 0\.25\.1, 0\.28\.0 only, but vLLM {version} is installed"
+    ):
         require_supported_vllm(version)
 
 
@@ -45,7 +47,10 @@ def test_a_v2_model_runner_built_by_any_worker_is_refused_by_name() -> None:
     v1 = {"model_runner": "vllm.v1.worker.cpu_model_runner.CPUModelRunner", "v1_model_runner": True}
     v2 = {"model_runner": "vllm.v1.worker.gpu.model_runner.GPUModelRunner", "v1_model_runner": False}
     require_v1_model_runners([v1, v1])
-    with pytest.raises(UnsupportedVllmVersion, match=r"model runner vllm\.v1\.worker\.gpu\.model_runner\.GPUModelRunner.*V1 model runner"):
+    with pytest.raises(
+        UnsupportedVllmVersion,
+        match=r"model runner vllm\.v1\.worker\.gpu\.model_runner\.GPUModelRunner.*V1 model runner",
+    ):
         require_v1_model_runners([v1, v2])
 
 

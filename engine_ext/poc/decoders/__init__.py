@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine_ext.poc.decoders.base import PocDecoder, StreamState, UnsupportedArchitecture, reflection_vectors_needed, take_rows
+from engine_ext.poc.decoders.base import (
+    PocDecoder,
+    StreamState,
+    UnsupportedArchitecture,
+    reflection_vectors_needed,
+    take_rows,
+)
 from engine_ext.poc.decoders.deepseek_v4 import DeepseekV4Decoder
 from engine_ext.poc.decoders.residual_pair import ResidualPairDecoder
 

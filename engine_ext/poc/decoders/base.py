@@ -46,7 +46,9 @@ class PocDecoder(ABC):
         decoder = getattr(model, "model", None)
         layers = getattr(decoder, "layers", None)
         if decoder is None or layers is None or not hasattr(decoder, "norm"):
-            raise UnsupportedArchitecture(f"{self.architecture}: the PoC forward needs model.model.layers and model.model.norm")
+            raise UnsupportedArchitecture(
+                f"{self.architecture}: the PoC forward needs model.model.layers and model.model.norm"
+            )
         self.decoder = decoder
         # The layers this rank holds; the global index of the first is its reflection vector's (vLLM keeps
         # placeholders for the layers of other pipeline ranks).
@@ -69,7 +71,9 @@ class PocDecoder(ABC):
         """The state the first layer receives, from the [tokens, H] input embeddings."""
 
     @abstractmethod
-    def call_layer(self, layer: Any, positions: torch.Tensor, input_ids: torch.Tensor | None, state: StreamState) -> StreamState:
+    def call_layer(
+        self, layer: Any, positions: torch.Tensor, input_ids: torch.Tensor | None, state: StreamState
+    ) -> StreamState:
         """One decoder layer, called as the model's own loop calls it."""
 
     @abstractmethod
@@ -81,7 +85,12 @@ class PocDecoder(ABC):
         """[tokens, H]: the last layer's (reflected) output after the model's final collapse and norm."""
 
     def call_layer_on_rows(
-        self, layer: Any, positions: torch.Tensor, input_ids: torch.Tensor | None, state: StreamState, rows: torch.Tensor
+        self,
+        layer: Any,
+        positions: torch.Tensor,
+        input_ids: torch.Tensor | None,
+        state: StreamState,
+        rows: torch.Tensor,
     ) -> StreamState:
         """call_layer at `rows` only: the whole layer, then the rows (a decoder may compute fewer rows past the
         layer's attention, where the rest of its body is row-wise)."""

@@ -40,7 +40,9 @@ class DeepseekV4Decoder(PocDecoder):
         x = inputs_embeds if self._layers_broadcast else inputs_embeds.unsqueeze(-2).repeat(1, self.streams, 1)
         return x, None, None, None
 
-    def call_layer(self, layer: Any, positions: torch.Tensor, input_ids: torch.Tensor | None, state: StreamState) -> StreamState:
+    def call_layer(
+        self, layer: Any, positions: torch.Tensor, input_ids: torch.Tensor | None, state: StreamState
+    ) -> StreamState:
         x, residual, post_mix, res_mix = state
         return layer(x, positions, input_ids, post_mix, res_mix, residual)
 
@@ -55,6 +57,11 @@ class DeepseekV4Decoder(PocDecoder):
         decoder = self.decoder
         streams = mhc_post_tilelang(x, residual, post_mix, res_mix)
         collapsed = hc_head_fused_kernel_tilelang(
-            streams, decoder.hc_head_fn, decoder.hc_head_scale, decoder.hc_head_base, decoder.rms_norm_eps, decoder.hc_eps
+            streams,
+            decoder.hc_head_fn,
+            decoder.hc_head_scale,
+            decoder.hc_head_base,
+            decoder.rms_norm_eps,
+            decoder.hc_eps,
         )
         return decoder.norm(collapsed)

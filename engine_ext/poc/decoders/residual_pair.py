@@ -45,7 +45,9 @@ class ResidualPairDecoder(PocDecoder):
     def initial_state(self, inputs_embeds: torch.Tensor) -> StreamState:
         return inputs_embeds, None
 
-    def call_layer(self, layer: Any, positions: torch.Tensor, input_ids: torch.Tensor | None, state: StreamState) -> StreamState:
+    def call_layer(
+        self, layer: Any, positions: torch.Tensor, input_ids: torch.Tensor | None, state: StreamState
+    ) -> StreamState:
         hidden, residual = state
         return layer(positions, hidden, residual)
 
@@ -59,7 +61,12 @@ class ResidualPairDecoder(PocDecoder):
         return normed
 
     def call_layer_on_rows(
-        self, layer: Any, positions: torch.Tensor, input_ids: torch.Tensor | None, state: StreamState, rows: torch.Tensor
+        self,
+        layer: Any,
+        positions: torch.Tensor,
+        input_ids: torch.Tensor | None,
+        state: StreamState,
+        rows: torch.Tensor,
     ) -> StreamState:
         if self._mlp_attribute is None:
             return super().call_layer_on_rows(layer, positions, input_ids, state, rows)

@@ -101,8 +101,11 @@ def test_head_batch_shape_and_the_per_nonce_rule() -> None:
     # zero, has no artifact; the other nonces of the batch keep theirs, the same bits as without it.
     hidden = torch.randn((4, 64), generator=torch.Generator().manual_seed(8))
     alone = C.head_vectors(hidden[:1], BH, PK, [0])
-    for bad, outcome in ((math.nan, C.HeadOutcome.NON_FINITE_HIDDEN), (math.inf, C.HeadOutcome.NON_FINITE_HIDDEN),
-                         (-math.inf, C.HeadOutcome.NON_FINITE_HIDDEN)):
+    for bad, outcome in (
+        (math.nan, C.HeadOutcome.NON_FINITE_HIDDEN),
+        (math.inf, C.HeadOutcome.NON_FINITE_HIDDEN),
+        (-math.inf, C.HeadOutcome.NON_FINITE_HIDDEN),
+    ):
         broken = hidden.clone()
         broken[2, 17] = bad
         with pytest.raises(C.UncomputedNonceError, match=f"1 of 3 nonces \\(2: {outcome.name}\\)"):

@@ -100,7 +100,9 @@ def test_fused_tile_plumbing_with_an_emulated_kernel(monkeypatch: pytest.MonkeyP
     for stronger in (False, True):
         for tile in (16, 90, None):
             fused = torch.empty((4, 5, 9), dtype=torch.bfloat16)
-            C.generate_inputs(fused, BH, PK, NONCES[:4], stronger_rng=stronger, tile_elements=tile, backend="cuda_fused")
+            C.generate_inputs(
+                fused, BH, PK, NONCES[:4], stronger_rng=stronger, tile_elements=tile, backend="cuda_fused"
+            )
             plain = torch.empty_like(fused)
             C.generate_inputs(plain, BH, PK, NONCES[:4], stronger_rng=stronger, backend="torch")
             assert torch.equal(fused, plain), (stronger, tile)
@@ -185,6 +187,7 @@ def test_reflection_is_a_householder_map() -> None:
 def test_reflection_rounds_in_the_deployed_plugins_order() -> None:
     """poc-v2-models.md section 4.2: p = bf16(x*v); dot = bf16(sum(p)); d2 = bf16(2*dot); t = bf16(d2*v);
     y = bf16(x - t), written out here step by step in float32 with an explicit rounding after each."""
+
     def bf16(value: torch.Tensor) -> torch.Tensor:
         return value.to(torch.bfloat16).to(torch.float32)
 

@@ -44,7 +44,11 @@ def test_codec_rejects_wrong_lengths(values: list[np.float16], extra: int) -> No
 
 
 @FAST
-@given(st.lists(finite_f16, min_size=1, max_size=16), st.integers(min_value=0, max_value=15), st.sampled_from([np.inf, -np.inf, np.nan]))
+@given(
+    st.lists(finite_f16, min_size=1, max_size=16),
+    st.integers(min_value=0, max_value=15),
+    st.sampled_from([np.inf, -np.inf, np.nan]),
+)
 def test_non_finite_claims_are_mismatches(values: list[np.float16], pos: int, bad: float) -> None:
     vec = np.array(values, dtype=np.float16)
     claimed = vec.copy()
@@ -78,7 +82,12 @@ def test_invalid_base64_is_a_mismatch_not_a_crash() -> None:
 
 assignments = st.integers(min_value=1, max_value=6).flatmap(
     lambda nodes: st.integers(min_value=1, max_value=4).flatmap(
-        lambda groups: st.tuples(st.just(nodes), st.just(groups), st.integers(min_value=1, max_value=9), st.integers(min_value=1, max_value=5))
+        lambda groups: st.tuples(
+            st.just(nodes),
+            st.just(groups),
+            st.integers(min_value=1, max_value=9),
+            st.integers(min_value=1, max_value=5),
+        )
     )
 )
 
@@ -157,8 +166,15 @@ def test_distance_normalizes_by_at_least_100_positions() -> None:
 
 
 @FAST
-@given(st.integers(min_value=0, max_value=99), logprob, st.lists(st.tuples(token_ids, logprob), min_size=6, max_size=8, unique_by=lambda e: e[0]), st.integers(min_value=1, max_value=5))
-def test_topk_list_is_sampled_first_then_model_ranks(sampled: int, lp: float, model: list[tuple[int, float]], k: int) -> None:
+@given(
+    st.integers(min_value=0, max_value=99),
+    logprob,
+    st.lists(st.tuples(token_ids, logprob), min_size=6, max_size=8, unique_by=lambda e: e[0]),
+    st.integers(min_value=1, max_value=5),
+)
+def test_topk_list_is_sampled_first_then_model_ranks(
+    sampled: int, lp: float, model: list[tuple[int, float]], k: int
+) -> None:
     entries = C.build_topk_list(sampled, lp, model, k)
     assert len(entries) == k and len({t for t, _ in entries}) == k
     assert entries[0] == (sampled, lp)

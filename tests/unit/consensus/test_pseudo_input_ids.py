@@ -13,15 +13,52 @@ NETWORK_VOCAB = 129280
 
 
 def test_the_seeds_are_the_specs() -> None:
-    assert C.input_ids_seed_string(BH, PK, 0) == "poc_ids_convention_v1_block_poc_ids_convention_v1_pubkey_nonce0_input_ids"
+    assert (
+        C.input_ids_seed_string(BH, PK, 0)
+        == "poc_ids_convention_v1_block_poc_ids_convention_v1_pubkey_nonce0_input_ids"
+    )
     assert [C.input_ids_seed(BH, PK, nonce) for nonce in (0, 1)] == [2980507924, 2917457512]
 
 
 def test_the_first_sixteen_ids_of_two_nonces_are_the_specs() -> None:
     ids = C.pseudo_input_ids(BH, PK, [0, 1], 16, VOCAB)
     assert ids.dtype == torch.int32 and ids.shape == (32,)
-    assert ids[:16].tolist() == [119046, 160019, 98337, 39450, 94909, 163782, 59011, 57361, 156377, 36469, 139643, 43988, 50299, 147011, 12130, 86013]
-    assert ids[16:].tolist() == [137719, 146475, 40370, 95731, 105609, 72910, 88608, 153625, 112488, 156080, 83284, 17839, 70977, 48769, 15417, 65900]
+    assert ids[:16].tolist() == [
+        119046,
+        160019,
+        98337,
+        39450,
+        94909,
+        163782,
+        59011,
+        57361,
+        156377,
+        36469,
+        139643,
+        43988,
+        50299,
+        147011,
+        12130,
+        86013,
+    ]
+    assert ids[16:].tolist() == [
+        137719,
+        146475,
+        40370,
+        95731,
+        105609,
+        72910,
+        88608,
+        153625,
+        112488,
+        156080,
+        83284,
+        17839,
+        70977,
+        48769,
+        15417,
+        65900,
+    ]
 
 
 def test_256_ids_of_nonce_0_sum_min_max() -> None:
@@ -31,7 +68,24 @@ def test_256_ids_of_nonce_0_sum_min_max() -> None:
 
 def test_the_network_vocabulary() -> None:
     ids = C.pseudo_input_ids(BH, PK, [0], 16, NETWORK_VOCAB)
-    assert ids.tolist() == [46086, 20499, 47137, 122650, 25789, 22982, 38531, 116241, 100057, 96629, 28283, 73428, 32379, 117571, 91490, 77053]
+    assert ids.tolist() == [
+        46086,
+        20499,
+        47137,
+        122650,
+        25789,
+        22982,
+        38531,
+        116241,
+        100057,
+        96629,
+        28283,
+        73428,
+        32379,
+        117571,
+        91490,
+        77053,
+    ]
 
 
 def test_a_batch_is_nonce_major_and_each_nonce_its_own() -> None:

@@ -34,8 +34,10 @@ def stub_digest() -> str:
 
 
 def descriptor_digest(serialized_files: Iterable[bytes]) -> str:
-    """"sha256:<hex>" of serialized FileDescriptorProtos, whatever their order."""
-    files = sorted((descriptor_pb2.FileDescriptorProto.FromString(data) for data in serialized_files), key=lambda file: file.name)
+    """ "sha256:<hex>" of serialized FileDescriptorProtos, whatever their order."""
+    files = sorted(
+        (descriptor_pb2.FileDescriptorProto.FromString(data) for data in serialized_files), key=lambda file: file.name
+    )
     descriptor_set = descriptor_pb2.FileDescriptorSet(file=files)
     return "sha256:" + hashlib.sha256(descriptor_set.SerializeToString(deterministic=True)).hexdigest()
 

@@ -1,9 +1,9 @@
 """Python client for the Gonka ML node gRPC server.
 
-    from gonka.mlnode.client import InferenceClient
-    with InferenceClient("127.0.0.1:50051") as client:
-        result = client.generate(messages=[("user", "Hello")], max_tokens=32, include_text=True)
-        print(result.first.text)
+from gonka.mlnode.client import InferenceClient
+with InferenceClient("127.0.0.1:50051") as client:
+    result = client.generate(messages=[("user", "Hello")], max_tokens=32, include_text=True)
+    print(result.first.text)
 """
 
 from gonka.mlnode.client.artifacts import batch_b64, batch_vectors, claims_from_json, claims_to_json, decode_batch

@@ -36,7 +36,9 @@ def streamed(method: Any, request: Any, metadata: Metadata | None, timeout: floa
         call.cancel()
 
 
-async def streamed_async(method: Any, request: Any, metadata: Metadata | None, timeout: float | None = None) -> AsyncIterator[Any]:
+async def streamed_async(
+    method: Any, request: Any, metadata: Metadata | None, timeout: float | None = None
+) -> AsyncIterator[Any]:
     call = method(request, metadata=metadata, timeout=timeout)
     try:
         async for response in call:

@@ -26,23 +26,44 @@ from gonka.mlnode.client.cli_io import add_output_flags, print_message
 from gonka.mlnode.client.client import DEFAULT_TARGET, InferenceClient
 from gonka.mlnode.client.connection import AUTH_TOKEN_ENV, TlsConfig, auth_token_from
 from gonka.mlnode.client.errors import ServerError
-from gonka.mlnode.client.generation_commands import GENERATION_COMMANDS, add_generation_commands, generation_usage_error, run_generation
+from gonka.mlnode.client.generation_commands import (
+    GENERATION_COMMANDS,
+    add_generation_commands,
+    generation_usage_error,
+    run_generation,
+)
 from gonka.mlnode.client.poc_arguments import POC_COMMANDS, add_poc_commands
 from gonka.mlnode.client.poc_commands import run_poc_command
 from gonka.mlnode.client.validate_inference_command import add_validate_inference_command, run_validate_inference
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mlnode-client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="mlnode-client", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--target", default=DEFAULT_TARGET, help="server address (default: %(default)s)")
     parser.add_argument("--timeout", type=float, default=None, help="deadline in seconds")
     security = parser.add_argument_group("TLS and authorization")
-    security.add_argument("--tls", action="store_true", help="connect over TLS, trusting the system's CAs (implied by the other --tls-* flags)")
+    security.add_argument(
+        "--tls",
+        action="store_true",
+        help="connect over TLS, trusting the system's CAs (implied by the other --tls-* flags)",
+    )
     security.add_argument("--tls-ca", metavar="PEM", help="trust this CA for the server's certificate")
-    security.add_argument("--tls-cert", metavar="PEM", help="this client's certificate, for mutual TLS (needs --tls-key)")
+    security.add_argument(
+        "--tls-cert", metavar="PEM", help="this client's certificate, for mutual TLS (needs --tls-key)"
+    )
     security.add_argument("--tls-key", metavar="PEM", help="the client certificate's private key")
-    security.add_argument("--tls-server-name", metavar="NAME", help="the name the server's certificate must carry, if not the target's host")
-    security.add_argument("--auth-token-file", metavar="PATH", help=f"send the token in this file as a bearer token (default: ${AUTH_TOKEN_ENV}, if set)")
+    security.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="the name the server's certificate must carry, if not the target's host",
+    )
+    security.add_argument(
+        "--auth-token-file",
+        metavar="PATH",
+        help=f"send the token in this file as a bearer token (default: ${AUTH_TOKEN_ENV}, if set)",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
 
     add_generation_commands(commands)
@@ -100,4 +121,3 @@ def _tls_config(args: argparse.Namespace) -> TlsConfig | None:
     if not (args.tls or args.tls_ca or args.tls_cert or args.tls_server_name):
         return None
     return TlsConfig.from_files(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name)
-

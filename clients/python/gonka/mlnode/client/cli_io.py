@@ -33,7 +33,9 @@ def add_output_flags(command: argparse.ArgumentParser, progress: bool) -> None:
     command.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     if progress:
         command.add_argument(
-            "--progress", action=argparse.BooleanOptionalAction, default=None,
+            "--progress",
+            action=argparse.BooleanOptionalAction,
+            default=None,
             help="a progress line on stderr (default: on, unless --json)",
         )
 

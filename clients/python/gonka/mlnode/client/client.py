@@ -75,7 +75,9 @@ class AsyncInferenceClient:
         self, request: pb.GenerateRequest | None = None, *, timeout: float | None = None, **kwargs: Any
     ) -> AsyncIterator[pb.GenerateResponse]:
         """Yields the server's messages as they arrive. Leaving the loop early cancels the call."""
-        async for response in streamed_async(self._stub.Generate, _as_request(request, kwargs), self._metadata, timeout):
+        async for response in streamed_async(
+            self._stub.Generate, _as_request(request, kwargs), self._metadata, timeout
+        ):
             yield response
 
     async def generate(
@@ -151,7 +153,9 @@ class InferenceClient:
             generation.add(response)
         return generation
 
-    def validate_inference(self, items: list[vpb.InferenceItem], *, timeout: float | None = None) -> list[vpb.ValidateInferenceResponse]:
+    def validate_inference(
+        self, items: list[vpb.InferenceItem], *, timeout: float | None = None
+    ) -> list[vpb.ValidateInferenceResponse]:
         """The server's verdicts, one per item, in the order they completed."""
         return list(self.stream_validate_inference(items, timeout=timeout))
 

@@ -1,9 +1,9 @@
 """The CLI's `chat` and `complete`: one Generate call, printed three ways.
 
-    (default)  the text as it streams, or each token's logprobs with --logprobs, and a finish line
-    --json     one line per GenerateResponse message as it arrives, in proto JSON (cli_io.message_json)
-    --record   after the generation, one ValidateInference item per output (inference_records), which
-               `validate-inference` reads: the executor's side of a validation, recorded
+(default)  the text as it streams, or each token's logprobs with --logprobs, and a finish line
+--json     one line per GenerateResponse message as it arrives, in proto JSON (cli_io.message_json)
+--record   after the generation, one ValidateInference item per output (inference_records), which
+           `validate-inference` reads: the executor's side of a validation, recorded
 """
 
 from __future__ import annotations
@@ -22,7 +22,10 @@ GENERATION_COMMANDS = frozenset({"chat", "complete"})
 
 
 def add_generation_commands(commands: argparse._SubParsersAction) -> None:
-    for name, help_text in (("chat", "one user turn, rendered with the model's chat template"), ("complete", "raw text completion")):
+    for name, help_text in (
+        ("chat", "one user turn, rendered with the model's chat template"),
+        ("complete", "raw text completion"),
+    ):
         command = commands.add_parser(name, help=help_text)
         command.add_argument("text")
         if name == "chat":
@@ -33,17 +36,21 @@ def add_generation_commands(commands: argparse._SubParsersAction) -> None:
         command.add_argument("--top-k", type=int)
         command.add_argument("--seed", type=int)
         command.add_argument("--stop", action="append", help="stop string (repeatable)")
-        command.add_argument("--logprobs", type=int, metavar="K", help="print each token's logprob and top-K alternatives")
+        command.add_argument(
+            "--logprobs", type=int, metavar="K", help="print each token's logprob and top-K alternatives"
+        )
         command.add_argument("--logprobs-mode", choices=sorted(LOGPROBS_MODES), help="default: the server's")
         command.add_argument(
-            "--chain-top-logprobs", action="store_true",
+            "--chain-top-logprobs",
+            action="store_true",
             help="also each position's list as the chain records it (needs --logprobs K >= 1)",
         )
         command.add_argument("--request-id", default="")
         output = command.add_mutually_exclusive_group()
         output.add_argument("--json", action="store_true", help="one proto JSON line per response message")
         output.add_argument(
-            "--record", action="store_true",
+            "--record",
+            action="store_true",
             help="print the generation as a validate-inference item (implies --chain-top-logprobs; needs --logprobs K >= 1)",
         )
 
@@ -116,7 +123,11 @@ def _print_logprobs(response: pb.GenerateResponse, out: TextIO) -> None:
     for position, token_id in enumerate(batch.ids):
         entries = range(position * k, (position + 1) * k)
         top = ", ".join(f"{batch.top_ids[j]}:{batch.top_logprobs[j]:.3f}" for j in entries)
-        chain = ", ".join(f"{batch.chain_top_ids[j]}:{batch.chain_top_logprobs[j]:.3f}" for j in entries) if batch.chain_top_ids else ""
+        chain = (
+            ", ".join(f"{batch.chain_top_ids[j]}:{batch.chain_top_logprobs[j]:.3f}" for j in entries)
+            if batch.chain_top_ids
+            else ""
+        )
         out.write(
             f"  token {token_id:>6}  logprob {batch.logprobs[position]:9.4f}  rank {batch.ranks[position]:>6}  top [{top}]"
             + (f"  chain [{chain}]" if chain else "")

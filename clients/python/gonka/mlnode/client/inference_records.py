@@ -34,9 +34,12 @@ from gonka.mlnode.v1 import validation_pb2 as vpb
 ITEM_KEYS = frozenset({"request", "token_ids", "top_logprobs", "threshold", "mode", "executor_could_not_serve"})
 # The simple fields' names, and the build_request argument each one is.
 SIMPLE_INPUTS = {"prompt": "prompt", "messages": "messages", "prompt_token_ids": "token_ids"}
-SIMPLE_OPTIONS = frozenset(
-    {"chat_template_kwargs", "add_generation_prompt", "json_schema", "regex", "grammar", "choice", "json_object"}
-) | SAMPLING_FIELDS
+SIMPLE_OPTIONS = (
+    frozenset(
+        {"chat_template_kwargs", "add_generation_prompt", "json_schema", "regex", "grammar", "choice", "json_object"}
+    )
+    | SAMPLING_FIELDS
+)
 SIMPLE_KEYS = frozenset(SIMPLE_INPUTS) | SIMPLE_OPTIONS
 
 
@@ -85,7 +88,7 @@ def parse_item(document: Any) -> vpb.InferenceItem:
         raise ValueError(f"executor_could_not_serve must be true or false, got {could_not_serve!r}")
     mode = document.get("mode")
     if not (mode is None or isinstance(mode, str) and mode in MODES):
-        raise ValueError(f"mode must be \"raw\" or \"processed\", got {mode!r}")
+        raise ValueError(f'mode must be "raw" or "processed", got {mode!r}')
     if could_not_serve and "token_ids" not in document:
         token_ids: list[int] = []
         top_lists: list[dict[int, float]] = []
@@ -94,14 +97,23 @@ def parse_item(document: Any) -> vpb.InferenceItem:
         top_lists = _top_lists(document.get("top_logprobs"))
     # Unset rather than a default when absent: then the threshold is the validator's to give.
     threshold = _number(document["threshold"], "threshold") if "threshold" in document else None
-    return inference_item(_request(document), token_ids, top_lists, threshold=threshold, mode=mode, executor_could_not_serve=could_not_serve)
+    return inference_item(
+        _request(document),
+        token_ids,
+        top_lists,
+        threshold=threshold,
+        mode=mode,
+        executor_could_not_serve=could_not_serve,
+    )
 
 
 def _request(document: Mapping[str, Any]) -> pb.GenerateRequest:
     simple = {key: value for key, value in document.items() if key in SIMPLE_KEYS}
     if "request" in document:
         if simple:
-            raise ValueError(f"give the request either as `request` or as simple fields, not both ({', '.join(sorted(simple))})")
+            raise ValueError(
+                f"give the request either as `request` or as simple fields, not both ({', '.join(sorted(simple))})"
+            )
         if not isinstance(document["request"], dict):
             raise ValueError("request must be a GenerateRequest object in proto JSON")
         return json_format.ParseDict(document["request"], pb.GenerateRequest())
@@ -135,7 +147,7 @@ def _messages(value: Any) -> list[tuple[str, str]]:
         elif isinstance(turn, list) and len(turn) == 2:
             turns.append((turn[0], turn[1]))
         else:
-            raise ValueError(f"a message is [role, content] or {{\"role\", \"content\"}}, got {turn!r}")
+            raise ValueError(f'a message is [role, content] or {{"role", "content"}}, got {turn!r}')
     return turns
 
 
@@ -152,7 +164,12 @@ def _top_lists(value: Any) -> list[dict[int, float]]:
     for position, top in enumerate(value):
         if not isinstance(top, dict):
             raise ValueError(f"top_logprobs[{position}] must be a {{token id: logprob}} object")
-        lists.append({_token_key(key, position): _number(logprob, f"top_logprobs[{position}][{key}]") for key, logprob in top.items()})
+        lists.append(
+            {
+                _token_key(key, position): _number(logprob, f"top_logprobs[{position}][{key}]")
+                for key, logprob in top.items()
+            }
+        )
     return lists
 
 

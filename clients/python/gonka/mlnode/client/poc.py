@@ -55,7 +55,9 @@ class PocClient:
 
     def stop_round(self, round_id: str | None = None, *, timeout: float | None = None) -> poc_pb2.RoundStatus:
         """Stops the running round (or the one named); returns once inference is open again."""
-        return unary(self._poc.StopRound, poc_pb2.StopRoundRequest(round_id=round_id or ""), self._metadata, timeout).status
+        return unary(
+            self._poc.StopRound, poc_pb2.StopRoundRequest(round_id=round_id or ""), self._metadata, timeout
+        ).status
 
     def round_status(self, round_id: str | None = None, *, timeout: float | None = None) -> poc_pb2.RoundStatus:
         """The running round's status, or the named one's, or else the most recent one's."""
@@ -111,8 +113,14 @@ class PocClient:
     ) -> Iterator[poc_pb2.ArtifactBatch]:
         """The artifacts of `nonces` (any order, duplicates allowed), batch by batch."""
         request = compute_artifacts_request(
-            block_hash=block_hash, public_key=public_key, model=model, seq_len=seq_len, nonces=nonces,
-            k_dim=k_dim, batch_size=batch_size, stronger_rng=stronger_rng,
+            block_hash=block_hash,
+            public_key=public_key,
+            model=model,
+            seq_len=seq_len,
+            nonces=nonces,
+            k_dim=k_dim,
+            batch_size=batch_size,
+            stronger_rng=stronger_rng,
         )
         for response in streamed(self._poc.ComputeArtifacts, request, self._metadata, timeout):
             yield response.batch
@@ -190,8 +198,14 @@ class AsyncPocClient:
         timeout: float | None = None,
     ) -> AsyncIterator[poc_pb2.ArtifactBatch]:
         request = compute_artifacts_request(
-            block_hash=block_hash, public_key=public_key, model=model, seq_len=seq_len, nonces=nonces,
-            k_dim=k_dim, batch_size=batch_size, stronger_rng=stronger_rng,
+            block_hash=block_hash,
+            public_key=public_key,
+            model=model,
+            seq_len=seq_len,
+            nonces=nonces,
+            k_dim=k_dim,
+            batch_size=batch_size,
+            stronger_rng=stronger_rng,
         )
         async for response in streamed_async(self._poc.ComputeArtifacts, request, self._metadata, timeout):
             yield response.batch

@@ -90,25 +90,34 @@ def add_poc_commands(commands: argparse._SubParsersAction) -> None:
     start.add_argument("--group-count", type=int, help="server default: 1")
     start.add_argument("--callback-url", default="", help="also POST artifacts to URL/generated")
     add_output_flags(start, progress=False)
-    for name, help_text in (("stop", "stop the running round (or --round-id)"), ("status", "the status of the running or most recent round")):
+    for name, help_text in (
+        ("stop", "stop the running round (or --round-id)"),
+        ("status", "the status of the running or most recent round"),
+    ):
         action = actions.add_parser(name, help=help_text)
         action.add_argument("--round-id", help="default: the running round")
         add_output_flags(action, progress=False)
 
     subscribe = commands.add_parser(
-        "subscribe", help="stream a round's artifacts until it ends",
+        "subscribe",
+        help="stream a round's artifacts until it ends",
         description="Prints a line per batch (--json: one {nonce, vector_b64} object per artifact). A dropped "
-                    "connection is resumed from the last batch received. Exit status 0 when the round "
-                    "was stopped, 1 when it failed or the server shut down.",
+        "connection is resumed from the last batch received. Exit status 0 when the round "
+        "was stopped, 1 when it failed or the server shut down.",
     )
     subscribe.add_argument("--round-id", help="default: the running round, or else the most recent one")
     subscribe.add_argument("--after-sequence", type=_at_least(0), default=0, help="resume after this batch")
-    subscribe.add_argument("--max-retries", type=_at_least(0), default=DEFAULT_MAX_RETRIES,
-                           help="reconnects in a row after a dropped connection (default %(default)s)")
+    subscribe.add_argument(
+        "--max-retries",
+        type=_at_least(0),
+        default=DEFAULT_MAX_RETRIES,
+        help="reconnects in a row after a dropped connection (default %(default)s)",
+    )
     add_output_flags(subscribe, progress=True)
 
     compute = commands.add_parser(
-        "compute", help="artifacts of explicit nonces",
+        "compute",
+        help="artifacts of explicit nonces",
         description="Prints `nonce vector_b64` per artifact (--json: one {nonce, vector_b64} object per line).",
     )
     _add_artifact_params(compute)
@@ -116,15 +125,24 @@ def add_poc_commands(commands: argparse._SubParsersAction) -> None:
     add_output_flags(compute, progress=True)
 
     validate = commands.add_parser(
-        "validate-poc", help="recompute a prover's claimed artifacts and judge them",
-        description="Claims: the network's JSON list [{\"nonce\": n, \"vector_b64\": \"...\"}], or those objects "
-                    "one per line (the output of subscribe/compute --json). The three stat-test "
-                    "thresholds are required (the network's for Qwen3-235B: 0.2, 0.1, 0.05).",
+        "validate-poc",
+        help="recompute a prover's claimed artifacts and judge them",
+        description='Claims: the network\'s JSON list [{"nonce": n, "vector_b64": "..."}], or those objects '
+        "one per line (the output of subscribe/compute --json). The three stat-test "
+        "thresholds are required (the network's for Qwen3-235B: 0.2, 0.1, 0.05).",
     )
-    validate.add_argument("claims", type=claims_argument, nargs="?", default=STDIN, metavar="CLAIMS",
-                          help="a JSON file of claims, or - for stdin (the default)")
+    validate.add_argument(
+        "claims",
+        type=claims_argument,
+        nargs="?",
+        default=STDIN,
+        metavar="CLAIMS",
+        help="a JSON file of claims, or - for stdin (the default)",
+    )
     _add_artifact_params(validate)
-    validate.add_argument("--dist-threshold", type=float, required=True, help="L2 distance above which a claim mismatches")
+    validate.add_argument(
+        "--dist-threshold", type=float, required=True, help="L2 distance above which a claim mismatches"
+    )
     validate.add_argument("--p-mismatch", type=float, required=True, help="an honest prover's mismatch rate")
     validate.add_argument("--p-value-threshold", type=float, required=True, help="fraud when the p-value is below this")
     validate.add_argument("--block-height", type=int, default=0)

@@ -79,7 +79,9 @@ def _subscribe(client: InferenceClient, args: argparse.Namespace, out: TextIO, e
     def counts(round_id: str) -> str:
         return f"round {round_id[:8]}: {batches} batches, {artifacts} artifacts, {progress.rate(artifacts):.1f} artifacts/s"
 
-    events = client.poc.follow_artifacts(args.round_id, args.after_sequence, max_retries=args.max_retries, on_retry=report_retry)
+    events = client.poc.follow_artifacts(
+        args.round_id, args.after_sequence, max_retries=args.max_retries, on_retry=report_retry
+    )
     end: poc_pb2.SubscriptionEnd | None = None
     for event in events:
         kind = event.WhichOneof("event")
@@ -91,7 +93,9 @@ def _subscribe(client: InferenceClient, args: argparse.Namespace, out: TextIO, e
             if args.json:
                 _write_artifacts(batch, True, out)
             else:
-                out.write(f"batch {batch.sequence}: {len(batch.nonces)} artifacts, nonces {batch.nonces[0]}..{batch.nonces[-1]}\n")
+                out.write(
+                    f"batch {batch.sequence}: {len(batch.nonces)} artifacts, nonces {batch.nonces[0]}..{batch.nonces[-1]}\n"
+                )
             out.flush()
             progress.show(counts(event.round_id))
         elif kind == "lost":
@@ -106,7 +110,9 @@ def _subscribe(client: InferenceClient, args: argparse.Namespace, out: TextIO, e
             end = event.end
             progress.show(counts(event.round_id), final=True)
             reason = poc_pb2.SubscriptionEndReason.Name(end.reason).removeprefix("SUBSCRIPTION_END_REASON_").lower()
-            print(f"end: {reason} at sequence {end.last_sequence}" + (f": {end.detail}" if end.detail else ""), file=err)
+            print(
+                f"end: {reason} at sequence {end.last_sequence}" + (f": {end.detail}" if end.detail else ""), file=err
+            )
     # follow_artifacts ends with the SubscriptionEnd or raises; only a stopped round is a success.
     return 0 if end is not None and end.reason == poc_pb2.SUBSCRIPTION_END_REASON_ROUND_STOPPED else 1
 
@@ -120,7 +126,9 @@ def _compute(client: InferenceClient, args: argparse.Namespace, out: TextIO, err
         progress.clear()
         _write_artifacts(batch, args.json, out)
         out.flush()
-        progress.show(f"compute: {done}/{len(nonces)} artifacts, {progress.rate(done):.1f} artifacts/s", final=done == len(nonces))
+        progress.show(
+            f"compute: {done}/{len(nonces)} artifacts, {progress.rate(done):.1f} artifacts/s", final=done == len(nonces)
+        )
     return 0
 
 
@@ -157,6 +165,8 @@ def _print_summary(summary: vpb.PocValidationSummary, as_json: bool, out: TextIO
         print(message_json(summary), file=out)
         return
     verdict = "FRAUD DETECTED" if summary.fraud_detected else "no fraud detected"
-    print(f"{verdict}: {summary.n_mismatch} of {summary.n_total} claims mismatch, p-value {summary.p_value:.6g}", file=out)
+    print(
+        f"{verdict}: {summary.n_mismatch} of {summary.n_total} claims mismatch, p-value {summary.p_value:.6g}", file=out
+    )
     if summary.mismatch_nonces:
         print("mismatching nonces: " + " ".join(str(nonce) for nonce in summary.mismatch_nonces), file=out)

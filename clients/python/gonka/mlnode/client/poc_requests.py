@@ -115,7 +115,9 @@ def validate_poc_request(
         params=poc_params(model, seq_len, k_dim),
         stronger_rng=stronger_rng,
         artifacts=[claimed_artifact(nonce, vector) for nonce, vector in claims],
-        stat_test=vpb.PocStatTest(dist_threshold=dist_threshold, p_mismatch=p_mismatch, p_value_threshold=p_value_threshold),
+        stat_test=vpb.PocStatTest(
+            dist_threshold=dist_threshold, p_mismatch=p_mismatch, p_value_threshold=p_value_threshold
+        ),
         callback_url=callback_url,
         request_id=request_id,
     )

@@ -52,7 +52,11 @@ def _unquote_int64(as_dict: dict[str, Any], descriptor: Descriptor) -> None:
 def _unquoted_value(value: Any, field: FieldDescriptor) -> Any:
     if field.type in _INT64_TYPES and isinstance(value, str):
         return int(value)
-    if field.type == FieldDescriptor.TYPE_MESSAGE and isinstance(value, dict) and not _is_well_known(field.message_type):
+    if (
+        field.type == FieldDescriptor.TYPE_MESSAGE
+        and isinstance(value, dict)
+        and not _is_well_known(field.message_type)
+    ):
         _unquote_int64(value, field.message_type)
     return value
 

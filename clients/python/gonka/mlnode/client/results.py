@@ -28,7 +28,9 @@ class TokenLogprobs:
             self.top_ids.append(list(batch.top_ids[start : start + k]))
             self.top_logprobs.append(list(batch.top_logprobs[start : start + k]))
         for start in range(0, len(batch.chain_top_ids), k):
-            self.chain_top.append(dict(zip(batch.chain_top_ids[start : start + k], batch.chain_top_logprobs[start : start + k])))
+            self.chain_top.append(
+                dict(zip(batch.chain_top_ids[start : start + k], batch.chain_top_logprobs[start : start + k]))
+            )
 
 
 @dataclass

@@ -37,15 +37,25 @@ def items_argument(path: str) -> list[vpb.InferenceItem]:
 
 def add_validate_inference_command(commands: argparse._SubParsersAction) -> None:
     command = commands.add_parser(
-        "validate-inference", help="replay executors' recorded inferences and judge them",
+        "validate-inference",
+        help="replay executors' recorded inferences and judge them",
         description="Items: JSON lines, one item per line, as `complete --record` and `chat --record` print them "
-                    "(README, Clients). Prints one verdict per item; exit status 0 only if every item passed.",
+        "(README, Clients). Prints one verdict per item; exit status 0 only if every item passed.",
     )
-    command.add_argument("items", type=items_argument, nargs="?", default=STDIN, metavar="ITEMS",
-                         help="a JSON-lines file of items, or - for stdin (the default)")
-    command.add_argument("--threshold", type=float,
-                         help="judge every item against this, replacing the items' own (the chain's for Qwen3-235B: "
-                              "0.94); without it every item needs its own")
+    command.add_argument(
+        "items",
+        type=items_argument,
+        nargs="?",
+        default=STDIN,
+        metavar="ITEMS",
+        help="a JSON-lines file of items, or - for stdin (the default)",
+    )
+    command.add_argument(
+        "--threshold",
+        type=float,
+        help="judge every item against this, replacing the items' own (the chain's for Qwen3-235B: "
+        "0.94); without it every item needs its own",
+    )
     add_output_flags(command, progress=True)
 
 
@@ -62,7 +72,9 @@ def run_validate_inference(client: InferenceClient, args: argparse.Namespace, ou
     progress = Progress(err, enabled=wants_progress(args))
     try:
         for start in range(0, len(items), MAX_ITEMS_PER_CALL):
-            for response in client.stream_validate_inference(items[start : start + MAX_ITEMS_PER_CALL], timeout=args.timeout):
+            for response in client.stream_validate_inference(
+                items[start : start + MAX_ITEMS_PER_CALL], timeout=args.timeout
+            ):
                 response.index += start  # the server numbers within its call; the input, across calls
                 tally.add(response)
                 progress.clear()

@@ -31,7 +31,9 @@ def inference_item(
             raise ValueError(f"position {index} has {len(top)} top-k entries, position 0 has {k}")
         positions.top_ids.extend(top.keys())
         positions.top_logprobs.extend(top.values())
-    item = vpb.InferenceItem(request=request, positions=positions, mode=MODES[mode], executor_could_not_serve=executor_could_not_serve)
+    item = vpb.InferenceItem(
+        request=request, positions=positions, mode=MODES[mode], executor_could_not_serve=executor_could_not_serve
+    )
     if threshold is not None:
         item.threshold = threshold
     return item

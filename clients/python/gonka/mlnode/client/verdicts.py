@@ -17,7 +17,9 @@ def verdict_line(response: vpb.ValidateInferenceResponse) -> str:
         retry = " (retryable)" if error.retryable else ""
         return f"item {response.index}: ERROR {error.code} {error.reason}{where}: {error.message}{retry}"
     verdict = response.verdict
-    mode = pb.LogprobsMode.Name(verdict.mode).removeprefix("LOGPROBS_MODE_").lower() + (" (detected)" if verdict.mode_detected else "")
+    mode = pb.LogprobsMode.Name(verdict.mode).removeprefix("LOGPROBS_MODE_").lower() + (
+        " (detected)" if verdict.mode_detected else ""
+    )
     measures = (
         f"similarity {verdict.similarity:.6f}, distance {verdict.distance:.6g}, top ids found {verdict.top_ids_found:.0%}, "
         f"{verdict.replayed_tokens} tokens replayed, mode {mode}"
@@ -29,7 +31,11 @@ def verdict_line(response: vpb.ValidateInferenceResponse) -> str:
 
 
 def _where(verdict: vpb.InferenceVerdict) -> str:
-    if verdict.failure not in (vpb.INFERENCE_FAILURE_TOKEN_DIFFERS, vpb.INFERENCE_FAILURE_LENGTH_DIFFERS, vpb.INFERENCE_FAILURE_EMPTY_TOP_K):
+    if verdict.failure not in (
+        vpb.INFERENCE_FAILURE_TOKEN_DIFFERS,
+        vpb.INFERENCE_FAILURE_LENGTH_DIFFERS,
+        vpb.INFERENCE_FAILURE_EMPTY_TOP_K,
+    ):
         return ""
     tokens = [
         f"{side} token {getattr(verdict, field)}"
