@@ -27,9 +27,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine_ext.consensus import head_vectors, layer_vectors, reflect  # noqa: E402
-from server.embedded_model import DEFAULT_MODEL_DIR  # noqa: E402
-from server.embedded_model.variants import MINIMAX_M2_MODEL_DIR  # noqa: E402
+from engine_ext.consensus import head_vectors, layer_vectors, reflect
+from server.embedded_model import DEFAULT_MODEL_DIR
+from server.embedded_model.variants import MINIMAX_M2_MODEL_DIR
 
 BLOCK_HASH = "reflection-order-block"
 PUBLIC_KEY = "reflection-order-key"

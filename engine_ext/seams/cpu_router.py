@@ -74,7 +74,8 @@ def install_cpu_sigmoid_routing(module: ModuleType) -> None:
             )
         return original(*args, **kwargs)
 
-    module.select_experts = mark(select_experts, CPU_SIGMOID_ROUTING, original)
+    # vLLM's module, whose attributes mypy reads off the release's own sources.
+    module.select_experts = mark(select_experts, CPU_SIGMOID_ROUTING, original)  # type: ignore[attr-defined]
 
 
 def install_cpu_float32_gemm_input(layer_utils: ModuleType) -> None:
@@ -95,7 +96,8 @@ def install_cpu_float32_gemm_input(layer_utils: ModuleType) -> None:
         if float32_layer:
             layer.cpu_linear = _float32_input(layer.cpu_linear)
 
-    layer_utils.dispatch_cpu_unquantized_gemm = mark(dispatch_cpu_unquantized_gemm, CPU_FLOAT32_GEMM_INPUT, original)
+    wrapper = mark(dispatch_cpu_unquantized_gemm, CPU_FLOAT32_GEMM_INPUT, original)
+    layer_utils.dispatch_cpu_unquantized_gemm = wrapper  # type: ignore[attr-defined]
 
 
 def _float32_input(linear: Any) -> Any:

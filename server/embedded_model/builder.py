@@ -244,7 +244,7 @@ def _seeded_tensor(name: str, shape: tuple[int, ...]) -> torch.Tensor:
     return _seeded_normal(name, shape, INIT_STD).to(torch.bfloat16)
 
 
-def _seeded_normal(name: str, shape: tuple[int, ...], std: float) -> "torch.Tensor":
+def _seeded_normal(name: str, shape: tuple[int, ...], std: float) -> torch.Tensor:
     """float32 normals from a generator of the tensor's own, keyed by its name, so adding a tensor never shifts the
     others (and a deeper variant's first layers are the shallower one's)."""
     import torch

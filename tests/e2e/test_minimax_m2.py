@@ -29,9 +29,8 @@ from gonka.mlnode.client import (
     build_request,
     inference_item,
 )
-from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
+from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc, validation_pb2_grpc
 from gonka.mlnode.v1 import validation_pb2 as vpb
-from gonka.mlnode.v1 import validation_pb2_grpc
 from server.embedded_model.variants import MINIMAX_M2_MODEL_DIR, MINIMAX_M2_TINY
 from tests.support.poc_reference import (
     HfPocReference,

@@ -17,9 +17,8 @@ import grpc
 import pytest
 
 from gonka.mlnode.client import InferenceClient, ServerError
-from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
+from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc, validation_pb2_grpc
 from gonka.mlnode.v1 import validation_pb2 as vpb
-from gonka.mlnode.v1 import validation_pb2_grpc
 from server.embedded_model import build_embedded_model
 from server.embedded_model.variants import ShapeVariant
 from tests.support.server_process import REPO_ROOT, ServerProcess, engine_environment, free_port, start_server

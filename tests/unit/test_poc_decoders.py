@@ -121,7 +121,7 @@ def test_an_architecture_without_a_decoder_is_refused_by_name() -> None:
     class LlamaForCausalLM(torch.nn.Module):
         pass
 
-    with pytest.raises(UnsupportedArchitecture, match="no decoder for LlamaForCausalLM .*--poc-forward off"):
+    with pytest.raises(UnsupportedArchitecture, match=r"no decoder for LlamaForCausalLM .*--poc-forward off"):
         decoder_for(LlamaForCausalLM())
     assert {"Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM", "DeepseekV4ForCausalLM"} <= set(
         SUPPORTED_ARCHITECTURES
@@ -357,7 +357,7 @@ def test_deepseek_v4_reflects_x_and_every_residual_stream_and_passes_the_mixes(m
         torch.equal(layers[0].seen[0]["x"], inputs.unsqueeze(1).repeat(1, STREAMS, 1))
         and layers[0].seen[0]["residual"] is None
     )
-    for index, layer in enumerate(layers):
+    for layer in layers:
         assert layer.seen[0]["input_ids"] is input_ids
     # Layer i+1 receives layer i's x and every residual stream reflected by v_i, its mixes unchanged.
     for index in range(2):

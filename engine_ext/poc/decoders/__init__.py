@@ -42,8 +42,8 @@ def unsupported_message(architecture: str) -> str:
 
 __all__ = [
     "DECODERS",
-    "PocDecoder",
     "SUPPORTED_ARCHITECTURES",
+    "PocDecoder",
     "StreamState",
     "UnsupportedArchitecture",
     "decoder_class_for",

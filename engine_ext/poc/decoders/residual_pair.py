@@ -71,6 +71,7 @@ class ResidualPairDecoder(PocDecoder):
         if self._mlp_attribute is None:
             return super().call_layer_on_rows(layer, positions, input_ids, state, rows)
         hidden, residual = state
+        assert hidden is not None  # only the residual is None, before the first layer
         if residual is None:
             residual = hidden
             hidden = layer.input_layernorm(hidden)
