@@ -72,7 +72,8 @@ help:
 	@echo "make setup    only set up: virtualenv, engine ($(ENGINE)), tools, project, embedded model"
 	@echo "make lock     re-resolve the pinned versions (requirements/constraints-cpu.txt, -gpu.txt)"
 
-setup: $(STAMPS)/engine-$(ENGINE) $(STAMPS)/dev $(STAMPS)/project $(MODEL_DIR)/build_info.json .build/models/qwen3-tiny-peaked/build_info.json
+setup: $(STAMPS)/engine-$(ENGINE) $(STAMPS)/dev $(STAMPS)/project $(MODEL_DIR)/build_info.json .build/models/qwen3-tiny-peaked/build_info.json \
+    .build/models/minimax-m2-tiny/build_info.json
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -114,6 +115,10 @@ $(MODEL_DIR)/build_info.json: server/embedded_model/builder.py server/embedded_m
 # The peaked variant (same weights, output head x32), for tests whose sampling filters must really cut.
 .build/models/qwen3-tiny-peaked/build_info.json: server/embedded_model/builder.py server/embedded_model/variants.py server/embedded_model/chat_template.jinja | $(STAMPS)/project
 	$(PY) -m server.embedded_model --variant peaked --force --out $(@D)
+
+# MiniMax-M2's architecture at the embedded size (seeded weights, the same tokenizer), for its PoC and inference tests.
+.build/models/minimax-m2-tiny/build_info.json: server/embedded_model/builder.py server/embedded_model/checkpoints.py server/embedded_model/variants.py server/embedded_model/chat_template.jinja | $(STAMPS)/project
+	$(PY) -m server.embedded_model --variant minimax-m2-tiny --force --out $(@D)
 
 model: $(MODEL_DIR)/build_info.json
 

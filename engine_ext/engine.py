@@ -57,6 +57,19 @@ class PocForwardUnprepared(RuntimeError):
 
 
 @dataclass(frozen=True)
+class PocDecoderReport:
+    """What the workers made of the served model for the PoC forward (engine_ext.poc.decoders)."""
+
+    architecture: str
+    # The PocDecoder's name; empty when unsupported.
+    decoder: str = ""
+    # Whether the compiled forward compiles this model's layers (else it runs them eagerly, as vLLM does).
+    compiles: bool = False
+    # Why the PoC forward cannot run this model (naming the architecture); empty when supported.
+    unsupported: str = ""
+
+
+@dataclass(frozen=True)
 class SchedulerState:
     running: int
     waiting: int
@@ -205,7 +218,15 @@ class MlnodeEngine:
             await self._guarded("PoC forward (utility call mlnode_poc_forward)", self._poc_call(batch))
         )
 
-    async def compile_poc_forward(self) -> None:
+    async def poc_decoder(self) -> PocDecoderReport:
+        """The PoC decoder every worker made for the served model (the first rank's report: every rank runs the
+        same model)."""
+        reports = await self._guarded(
+            "PoC decoder (collective_rpc mlnode_poc_decoder)", self._llm.collective_rpc("mlnode_poc_decoder")
+        )
+        return PocDecoderReport(**reports[0])
+
+    async def compile_poc_forward(self) -> PocBatchResult:
         """Compiles the PoC forward now (for an engine with `poc_compiled`), so that no round or validation
         waits for it (torch.compile takes seconds on a CPU, longer on a large model; inductor's cache
         shortens later starts). Not bounded by the engine-call timeout: it runs before serving.
@@ -214,7 +235,8 @@ class MlnodeEngine:
         tunes each generated kernel's launch configuration on the first call and keeps it for every later
         size, so a small first batch leaves full-size batches on configurations chosen for a few tokens
         (vLLM's own graph is first called by its profile run, at full size too). Where too few KV blocks
-        are free for that, a small batch compiles it. A CPU tunes nothing at run time: a small batch."""
+        are free for that, a small batch compiles it. A CPU tunes nothing at run time: a small batch. Returns the
+        compiling batch's result (its graph count and compile seconds)."""
         result = await self._prepare_call(small=current_platform.is_cpu())
         if result.status == BATCH_INSUFFICIENT_BLOCKS:
             log.warning(
@@ -227,6 +249,7 @@ class MlnodeEngine:
             raise PocForwardUnprepared(
                 f"the compiled PoC forward's first batch came back {result.status}: {result.detail}"
             )
+        return result
 
     async def _prepare_call(self, small: bool) -> PocBatchResult:
         config = self._llm.vllm_config

@@ -17,6 +17,7 @@ from engine_ext.engine_args import STRUCTURED_OUTPUT_BACKEND, USAGE_CONTEXT, Eng
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.engine_metrics import claim_engine_metrics
 from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY
+from engine_ext.poc.decoders import decoder_class_for, unsupported_message
 from engine_ext.vllm_version import require_supported_vllm
 from engine_ext.worker_extension import WORKER_EXTENSION_CLASS
 
@@ -62,6 +63,14 @@ def require_xgrammar_backend(engine_args: AsyncEngineArgs) -> None:
         )
 
 
+def require_poc_decoder(engine_args: AsyncEngineArgs) -> None:
+    """A model the PoC forward has no decoder for is refused before the engine starts (the workers' own check,
+    MlnodeEngine.poc_decoder, stays the final word): the architecture vLLM resolves for it, by name."""
+    architecture = engine_args.create_model_config().architecture
+    if decoder_class_for(architecture) is None:
+        raise EngineConfigurationError(unsupported_message(architecture))
+
+
 def require_v1_model_runner_asked() -> None:
     """An explicit VLLM_USE_V2_MODEL_RUNNER=1 is refused before anything starts (as vLLM itself parses the variable);
     the runner the engine actually builds is checked once it runs (MlnodeEngine.require_extension), since vLLM 0.25
@@ -91,17 +100,21 @@ def create_engine(
     default_logprobs_mode: LogprobsMode = DEFAULT_MODE,
     request_metrics: bool = False,
     poc_compiled: bool = True,
+    poc_enabled: bool = True,
     device_slice: DeviceSlice = DeviceSlice(0),
 ) -> MlnodeEngine:
     """Starts the engine processes (call before creating the gRPC server: vLLM forks), and returns once the
     engine is up (vLLM's start blocks: engines are started one after the other).
     `request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.token_streams);
-    `poc_compiled`: the compiled PoC forward, else the eager one; `device_slice`: the instance's devices
-    (engine_ext.device_slices), set on top of the server's environment while its processes are spawned."""
+    `poc_compiled`: the compiled PoC forward, else the eager one; `poc_enabled`: False serves a model without a PoC
+    decoder (PoC off); `device_slice`: the instance's devices (engine_ext.device_slices), set on top of the server's
+    environment while its processes are spawned."""
     require_supported_vllm(vllm.__version__)
     require_v1_model_runner_asked()
     require_no_kv_connector(settings.vllm_args)
     require_xgrammar_backend(settings.vllm_args)
+    if poc_enabled:
+        require_poc_decoder(settings.vllm_args)
     require_processed_default_under_speculation(settings.vllm_args, default_logprobs_mode)
     # A copy per instance: vLLM's configuration is built from the arguments it is given.
     engine_args = with_worker_extension(copy.deepcopy(settings.vllm_args))

@@ -25,6 +25,18 @@ class MlnodeWorkerExtension:
             "mixed_logprobs_steps": 0 if replay is None else replay.mixed_steps,
         }
 
+    def mlnode_poc_decoder(self) -> dict[str, Any]:
+        """The PoC decoder of the served model on this rank (engine_ext.poc.decoders), made now: {"architecture",
+        "decoder", "compiles"}, or {"architecture", "unsupported": why} for a model the PoC forward cannot run."""
+        from engine_ext.poc.decoders import UnsupportedArchitecture
+
+        architecture = type(self.model_runner.get_model()).__name__
+        try:
+            decoder = self._mlnode_poc().decoder
+        except UnsupportedArchitecture as error:
+            return {"architecture": architecture, "unsupported": str(error)}
+        return {"architecture": architecture, "decoder": decoder.name, "compiles": decoder.compiles}
+
     def mlnode_poc_forward(
         self, wire_batch: dict[str, Any], block_ids: list[list[int]], compiled: bool
     ) -> dict[str, Any] | None:
@@ -32,12 +44,16 @@ class MlnodeWorkerExtension:
         borrowed for it, with the compiled or the eager forward; None on ranks that do not compute
         the head."""
         from engine_ext.poc.batch import PocBatch
+
+        return self._mlnode_poc().run(PocBatch.from_wire(wire_batch), block_ids, compiled).to_wire()
+
+    def _mlnode_poc(self) -> Any:
+        """The worker object owns its PoC state (decoder, compiled layers, prefetched inputs, reflection vectors);
+        the attribute is this extension's, created on first use."""
         from engine_ext.poc.worker_forward import PocWorkerForward
 
-        # The worker object owns its PoC state (prefetched inputs, reflection vectors); the
-        # attribute is this extension's, created on first use.
         forward = getattr(self, "_mlnode_poc_forward", None)
         if forward is None:
             forward = PocWorkerForward(self.model_runner)
             self._mlnode_poc_forward = forward
-        return forward.run(PocBatch.from_wire(wire_batch), block_ids, compiled).to_wire()
+        return forward

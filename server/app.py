@@ -35,6 +35,7 @@ from server.options import ServerOptions
 from server.poc.batch_runner import PocBatchRunner
 from server.poc.callback_store import CallbackStore, StoreUnreadable
 from server.poc.gate_interceptor import GateInterceptor
+from server.poc.options import PocOptions
 from server.poc.store_lock import StoreLock
 from server.poc.wiring import PocComponents, poc_limits
 from server.reflection import enable_reflection
@@ -176,24 +177,42 @@ def _start_engine(options: ServerOptions, engine_args: EngineSettings, device_sl
         LOGPROBS_MODES[options.default_logprobs_mode],
         request_metrics,
         options.poc.compiled_forward,
+        options.poc.enabled,
         device_slice,
     )
 
 
-async def _compile_poc_forward(instances: EngineInstances) -> None:
-    """The first instance compiles alone (inductor's on-disk cache then holds the graph), the others side by side."""
+async def _prepare_poc_forward(instances: EngineInstances, poc: PocOptions) -> None:
+    """Refuses a model the PoC forward has no decoder for (unless PoC is off), then compiles the forward: the first
+    instance alone (inductor's on-disk cache then holds the graphs), the others side by side."""
+    if not poc.enabled:
+        log.info("PoC is off (--poc-forward off): PocService and ValidatePocArtifacts refuse every call")
+        return
+    # Every instance serves the same model: the first one's workers speak for all.
+    report = await instances.first.engine.poc_decoder()
+    if report.unsupported:
+        raise StartupError(report.unsupported)
+    log.info("PoC forward: %s on %s", report.decoder, report.architecture)
     if not instances.first.engine.poc_compiled:
+        return
+    if not report.compiles:
+        log.info("vLLM runs %s eagerly, and so does the PoC forward (nothing to compile)", report.architecture)
         return
     log.info("compiling the PoC forward (torch.compile; --poc-forward eager skips it)")
     started = time.monotonic()
     try:
-        await instances.first.engine.compile_poc_forward()
+        result = await instances.first.engine.compile_poc_forward()
         await asyncio.gather(*(instance.engine.compile_poc_forward() for instance in list(instances)[1:]))
     except Exception as error:  # torch.compile's failures have no common base class
         raise StartupError(
             f"the PoC forward did not compile ({error}); --poc-forward eager runs it uncompiled"
         ) from error
-    log.info("PoC forward compiled in %.1f s", time.monotonic() - started)
+    log.info(
+        "PoC forward compiled in %.1f s (%d graphs, %.1f s of it in inductor, on the first instance)",
+        time.monotonic() - started,
+        result.compiled_graphs,
+        result.compile_seconds,
+    )
 
 
 async def _serve_engines(
@@ -207,7 +226,7 @@ async def _serve_engines(
         await asyncio.gather(*(instance.engine.require_extension() for instance in instances))
     except ExtensionMissing as error:
         raise StartupError(str(error)) from error
-    await _compile_poc_forward(instances)
+    await _prepare_poc_forward(instances, options.poc)
     # Every instance serves the same model with the same flags.
     engine = instances.first.engine
     facts = engine.model_facts()
@@ -227,7 +246,7 @@ async def _serve_engines(
         raise StartupError(str(error)) from error
     poc = PocComponents(
         instances,
-        poc_limits(facts, len(instances)),
+        poc_limits(facts, len(instances), options.poc.enabled),
         admission,
         health,
         GATED_SERVICES,

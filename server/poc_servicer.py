@@ -7,7 +7,6 @@ from contextlib import aclosing
 
 from grpc import aio
 
-from engine_ext.poc.batch import BATCH_NON_FINITE
 from gonka.mlnode.v1 import poc_pb2
 from server.admission import Admission
 from server.engine_failures import engine_failure
@@ -16,9 +15,16 @@ from server.instances import EngineInstances
 from server.poc.artifact_hub import ArtifactHub, BatchEvent, EndEvent, EndReason, LostEvent, RoundNotFound
 from server.poc.batch_runner import KvBlockNotes
 from server.poc.mining_round import MiningRound
-from server.poc.non_finite import non_finite_batch
+from server.poc.outcomes import artifact_batch_message, split_outcomes
 from server.poc.round_control import RoundControl, round_not_found
-from server.poc.round_params import PocLimits, artifact_params, batch_size_of, nonce_list, round_parameters
+from server.poc.round_params import (
+    PocLimits,
+    artifact_params,
+    batch_size_of,
+    nonce_list,
+    require_poc_enabled,
+    round_parameters,
+)
 from server.poc.spread import spread_batches
 from server.service_registration import decode_request
 
@@ -48,6 +54,7 @@ class PocServicer:
     async def StartRound(self, raw: bytes, context: aio.ServicerContext) -> poc_pb2.StartRoundResponse:
         try:
             request = decode_request(poc_pb2.StartRoundRequest, raw)
+            require_poc_enabled(self._limits)
             self._admission.require_open()
             mining = await self._control.start(round_parameters(request, self._limits))
             return poc_pb2.StartRoundResponse(status=self._status(mining))
@@ -57,6 +64,7 @@ class PocServicer:
     async def StopRound(self, raw: bytes, context: aio.ServicerContext) -> poc_pb2.StopRoundResponse:
         try:
             request = decode_request(poc_pb2.StopRoundRequest, raw)
+            require_poc_enabled(self._limits)
             mining = await self._control.stop(request.round_id or None)
             return poc_pb2.StopRoundResponse(status=self._status(mining))
         except Exception as error:
@@ -65,6 +73,7 @@ class PocServicer:
     async def GetRoundStatus(self, raw: bytes, context: aio.ServicerContext) -> poc_pb2.GetRoundStatusResponse:
         try:
             request = decode_request(poc_pb2.GetRoundStatusRequest, raw)
+            require_poc_enabled(self._limits)
             return poc_pb2.GetRoundStatusResponse(status=self._status(self._control.round(request.round_id or None)))
         except Exception as error:
             await abort_with(context, engine_failure(error, None, self._admission))
@@ -75,6 +84,7 @@ class PocServicer:
         failure: ServiceError | None = None
         try:
             request = decode_request(poc_pb2.SubscribeArtifactsRequest, raw)
+            require_poc_enabled(self._limits)
             if request.after_sequence < 0:
                 raise invalid_field("after_sequence", f"must be >= 0, got {request.after_sequence}")
             round_id = request.round_id or None
@@ -96,6 +106,7 @@ class PocServicer:
         failure: ServiceError | None = None
         try:
             request = decode_request(poc_pb2.ComputeArtifactsRequest, raw)
+            require_poc_enabled(self._limits)
             self._admission.require_open()
             params = artifact_params(
                 request.block_hash, request.public_key, request, request.stronger_rng, self._limits
@@ -110,15 +121,10 @@ class PocServicer:
             ) as computed:
                 async for instance, pieces in computed:
                     for piece_nonces, result in pieces:
-                        if result.status == BATCH_NON_FINITE:
-                            raise non_finite_batch(piece_nonces, result.detail)
                         sequence += 1
-                        batch = poc_pb2.ArtifactBatch(
-                            sequence=sequence,
-                            nonces=piece_nonces,
-                            vectors=result.vectors,
-                            k_dim=params.k_dim,
-                            instance=instance.index,
+                        split = split_outcomes(piece_nonces, result, params.k_dim)
+                        batch = artifact_batch_message(
+                            sequence, split.nonces, split.vectors, params.k_dim, split.failures, instance=instance.index
                         )
                         yield poc_pb2.ComputeArtifactsResponse(batch=batch, kv_blocks_note=notes.describe())
         except Exception as error:
@@ -147,11 +153,12 @@ def _event_message(round_id: str, event: object) -> poc_pb2.SubscribeArtifactsRe
         batch = event.batch
         return poc_pb2.SubscribeArtifactsResponse(
             round_id=round_id,
-            batch=poc_pb2.ArtifactBatch(
-                sequence=batch.sequence,
-                nonces=batch.nonces,
-                vectors=batch.vectors,
-                k_dim=batch.k_dim,
+            batch=artifact_batch_message(
+                batch.sequence,
+                batch.nonces,
+                batch.vectors,
+                batch.k_dim,
+                batch.failures,
                 group_id=batch.group_id,
                 instance=batch.instance,
             ),

@@ -17,14 +17,15 @@ from .artifact import (
 from .fraud_test import FraudTestResult, fraud_test
 from .head import (
     DEFAULT_K,
+    HeadOutcome,
     HeadPlan,
-    NonFiniteBatchError,
+    UncomputedNonceError,
     check_k,
+    head_outcomes,
     head_plan,
     head_vectors,
     pick_indices,
     planned_head_vectors,
-    require_finite,
     rotate,
     rotation_vectors,
     unchecked_head_vectors,
@@ -51,9 +52,12 @@ from .logprobs_mode import (
 )
 from .murmur import murmur3_32
 from .nonces import INT32_MAX, nonce_at, nonce_batches
+from .pseudo_ids import pseudo_input_ids
 from .reflection import layer_vector, layer_vectors, reflect, reflect_, reflect_stream
 from .rng import Backend, fill_normal_rows, normal, normal_rows, uniform
 from .seeds import (
+    input_ids_seed,
+    input_ids_seed_string,
     input_seed,
     input_seed_string,
     layer_seed,
@@ -78,11 +82,12 @@ __all__ = [
     "Backend",
     "ClaimCheck",
     "FraudTestResult",
+    "HeadOutcome",
     "HeadPlan",
     "LogprobsMode",
     "ModeResolution",
     "ModeSource",
-    "NonFiniteBatchError",
+    "UncomputedNonceError",
     "build_topk_list",
     "check_claimed_vector",
     "check_k",
@@ -94,9 +99,12 @@ __all__ = [
     "fill_normal_rows",
     "fraud_test",
     "generate_inputs",
+    "head_outcomes",
     "head_plan",
     "head_vectors",
     "inference_passes",
+    "input_ids_seed",
+    "input_ids_seed_string",
     "input_seed",
     "input_seed_string",
     "inputs_for_nonce",
@@ -115,12 +123,12 @@ __all__ = [
     "pick_seed_string",
     "planned_head_vectors",
     "position_distance",
+    "pseudo_input_ids",
     "reflect",
     "reflect_",
     "reflect_stream",
     "replay_logprobs_mode",
     "reported_logprob",
-    "require_finite",
     "resolve_logprobs_mode",
     "rotate",
     "rotation_seed_string",

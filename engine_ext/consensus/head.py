@@ -1,15 +1,19 @@
 """The PoC output head for a batch (poc-v2.md section 5): [B, H] last hidden states -> [B, k] float16.
 
-Steps per nonce: h = last hidden (float32); reject the whole batch if any value is not finite;
-h / (||h|| + 1e-8); pick k coordinates in the network's order; k-1 Householder steps with seeded unit
-vectors; y / (||y|| + 1e-8); float16. Every reduction is a fixed pairwise sum (see reductions), so a
-nonce's vector does not depend on the batch it was computed in.
+Steps per nonce: h = last hidden (float32); h / (||h|| + 1e-8); pick k coordinates in the network's order; k-1
+Householder steps with seeded unit vectors; y / (||y|| + 1e-8); float16. Every reduction is a fixed pairwise sum (see
+reductions), so a nonce's vector does not depend on the batch it was computed in.
+
+A nonce whose last hidden row holds NaN or inf, or whose vector would be non-finite or all zero, has no artifact;
+the other nonces of its batch keep theirs (poc-v2-models.md section 5, which supersedes poc-v2.md's whole-batch rule):
+each nonce gets a `HeadOutcome`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from enum import IntEnum
 
 import torch
 
@@ -24,8 +28,25 @@ _NORM_EPS = 1e-8
 _ROTATION_EPS = 1e-30
 
 
-class NonFiniteBatchError(ValueError):
-    """A batch's last hidden states hold NaN or inf: no artifact may be emitted for any of its nonces."""
+class HeadOutcome(IntEnum):
+    """Whether a nonce's vector is an artifact, and why not (poc-v2-models.md section 5)."""
+
+    COMPUTED = 0
+    # Its last hidden row (after the final norm) holds NaN or inf.
+    NON_FINITE_HIDDEN = 1
+    # Its hidden row is finite, but the vector would not be (a norm overflowing float32).
+    NON_FINITE_VECTOR = 2
+    # Its vector would be all zero (an all-zero hidden row).
+    ZERO_VECTOR = 3
+
+
+class UncomputedNonceError(ValueError):
+    """Some nonces of a batch have no artifact (head_vectors, planned_head_vectors); the others are fine."""
+
+    def __init__(self, nonces: Sequence[int], outcomes: Sequence[HeadOutcome]) -> None:
+        self.outcomes = {nonce: outcome for nonce, outcome in zip(nonces, outcomes) if outcome != HeadOutcome.COMPUTED}
+        named = ", ".join(f"{nonce}: {outcome.name}" for nonce, outcome in self.outcomes.items())
+        super().__init__(f"no artifact for {len(self.outcomes)} of {len(nonces)} nonces ({named})")
 
 
 def check_k(k: int, hidden: int) -> int:
@@ -119,16 +140,18 @@ def head_plan(
 
 def planned_head_vectors(last_hidden: torch.Tensor, plan: HeadPlan) -> torch.Tensor:
     """head_vectors with the plan of the same nonces, made beforehand (head_plan) on last_hidden's device."""
-    vectors, finite = unchecked_head_vectors(last_hidden, plan)
-    require_finite(finite, len(plan.nonces))
+    vectors, outcomes = unchecked_head_vectors(last_hidden, plan)
+    read = head_outcomes(outcomes)
+    if any(outcome != HeadOutcome.COMPUTED for outcome in read):
+        raise UncomputedNonceError(plan.nonces, read)
     return vectors
 
 
 def unchecked_head_vectors(last_hidden: torch.Tensor, plan: HeadPlan) -> tuple[torch.Tensor, torch.Tensor]:
     """planned_head_vectors without reading anything back from last_hidden's device: the [B, k] float16 vectors
-    and a 0-dim bool tensor, whether every value of last_hidden is finite. On a GPU its kernels queue behind
-    whatever computes last_hidden, so a prover can launch the head with its forward. The vectors are artifacts
-    only once require_finite has passed on the flag."""
+    and each nonce's HeadOutcome as an int8 [B] tensor. On a GPU its kernels queue behind whatever computes
+    last_hidden, so a prover can launch the head with its forward. A vector is an artifact only where its outcome
+    is COMPUTED (head_outcomes reads them); the others are zeros."""
     if last_hidden.dim() != 2:
         raise ValueError(f"last_hidden must be [batch, hidden], got shape {tuple(last_hidden.shape)}")
     batch, hidden = last_hidden.shape
@@ -137,16 +160,19 @@ def unchecked_head_vectors(last_hidden: torch.Tensor, plan: HeadPlan) -> tuple[t
     if hidden != plan.hidden:
         raise ValueError(f"last_hidden is {hidden} wide but the head plan was made for {plan.hidden}")
     h = last_hidden.to(torch.float32)
-    finite = torch.isfinite(h).all()
     x = torch.gather(h, 1, plan.indices) / (pairwise_norm(h) + _NORM_EPS).unsqueeze(-1)
     x = rotate(x, plan.rotations)
-    return (x / (pairwise_norm(x) + _NORM_EPS).unsqueeze(-1)).to(torch.float16), finite
+    vectors = (x / (pairwise_norm(x) + _NORM_EPS).unsqueeze(-1)).to(torch.float16)
+    outcomes = torch.full((batch,), HeadOutcome.COMPUTED, dtype=torch.int8, device=h.device)
+    outcomes = torch.where((vectors == 0).all(dim=1), HeadOutcome.ZERO_VECTOR, outcomes)
+    outcomes = torch.where(torch.isfinite(vectors).all(dim=1), outcomes, HeadOutcome.NON_FINITE_VECTOR)
+    outcomes = torch.where(torch.isfinite(h).all(dim=1), outcomes, HeadOutcome.NON_FINITE_HIDDEN)
+    return torch.where((outcomes == HeadOutcome.COMPUTED).unsqueeze(1), vectors, 0.0), outcomes.to(torch.int8)
 
 
-def require_finite(finite: torch.Tensor, batch: int) -> None:
-    """Raises NonFiniteBatchError unless unchecked_head_vectors' flag says the whole batch was finite."""
-    if not bool(finite):
-        raise NonFiniteBatchError(f"non-finite last hidden state in a batch of {batch}: batch rejected")
+def head_outcomes(outcomes: torch.Tensor) -> list[HeadOutcome]:
+    """unchecked_head_vectors' outcomes, read back (on a GPU this waits for the head)."""
+    return [HeadOutcome(int(value)) for value in outcomes.cpu().tolist()]
 
 
 def head_vectors(
@@ -159,7 +185,7 @@ def head_vectors(
 ) -> torch.Tensor:
     """[B, H] last-token hidden states after the final norm -> [B, k] float16 artifact vectors.
 
-    Raises NonFiniteBatchError if any value of the batch is NaN or inf (the whole batch is rejected).
+    Raises UncomputedNonceError if any nonce has no artifact (unchecked_head_vectors gives the others).
     """
     if last_hidden.dim() != 2:
         raise ValueError(f"last_hidden must be [batch, hidden], got shape {tuple(last_hidden.shape)}")

@@ -1,9 +1,16 @@
-"""Per-layer reflection of the residual stream (poc-v2.md section 4).
+"""Per-layer reflection of the residual stream (poc-v2.md section 4; poc-v2-models.md section 4).
 
 v_i = normal(seed(f"{BH}_layer_{i}_householder"), H) / ||v|| (float32, no epsilon). After decoder layer
 i of a PoC forward, the stream x becomes x - 2 (x.v_i) v_i with v_i in the activation dtype. vLLM's
 decoder layers return (hidden, residual) whose sum is the stream; the map is linear, so both parts are
-reflected. The engine's PoC layer stack (engine_ext.poc.layer_stack) calls `reflect_stream` with that pair.
+reflected. The engine's PoC decoders (engine_ext.poc.decoders) call `reflect_stream` with that pair, or
+`reflect` on each part of a hyper-connection stream (DeepSeek-V4).
+
+The arithmetic is the deployed plugin's, in its rounding order (poc-v2-models.md section 4.2), so that an
+eager forward is bit-close to the fleet's: in the activation dtype, p = x * v, dot = sum(p) over the last
+dimension (accumulated in float32 by torch, rounded once), t = (2 * dot) * v, y = x - t, each rounded. The
+order this project used before (one matmul for the dot, one addcmul for the update) differs by ulps per layer:
+benchmarks/reflection_order_bench.py measures it (docs/poc.md).
 """
 
 from __future__ import annotations
@@ -58,14 +65,14 @@ def reflect(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 def reflect_(x: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """In-place x <- x - 2 (x.v) v over the last dimension; returns x.
 
-    The dot product runs in x's dtype (v is cast to it); the update is one addcmul, which rounds
-    x + (-2 * dot) * v once instead of rounding the product first.
+    In x's dtype (v is cast to it), in the deployed plugin's order: the elementwise product, its sum, twice the
+    sum, times v, subtracted, each step rounded to the dtype.
     """
     if v.dim() != 1 or x.shape[-1] != v.shape[0]:
         raise ValueError(f"reflection vector of shape {tuple(v.shape)} does not match hidden size {x.shape[-1]}")
     v = v.to(dtype=x.dtype, device=x.device)
-    dot = torch.matmul(x, v).unsqueeze(-1)
-    return x.addcmul_(dot, v, value=-2.0)
+    dot = (x * v).sum(dim=-1, keepdim=True)
+    return x.sub_((2 * dot) * v)
 
 
 def reflect_stream(

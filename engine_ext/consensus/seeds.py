@@ -22,6 +22,11 @@ def input_seed_string(block_hash: str, public_key: str, nonce: int) -> str:
     return f"{_bh(block_hash)}_{_pk(public_key)}_nonce{_nonce(nonce)}"
 
 
+def input_ids_seed_string(block_hash: str, public_key: str, nonce: int) -> str:
+    """DeepSeek-V4's pseudo input ids (poc-v2-models.md section 2.2): the input string, then `_input_ids`."""
+    return f"{input_seed_string(block_hash, public_key, nonce)}_input_ids"
+
+
 def layer_seed_string(block_hash: str, layer_index: int) -> str:
     require_int_at_least("layer_index", layer_index, 0)
     return f"{_bh(block_hash)}_layer_{layer_index}_householder"
@@ -43,6 +48,11 @@ def rotation_seed_string(block_hash: str, public_key: str, nonce: int, k: int, s
 def input_seed(block_hash: str, public_key: str, nonce: int) -> int:
     """Seed of a nonce's input embeddings (base RNG)."""
     return seed_of(input_seed_string(block_hash, public_key, nonce))
+
+
+def input_ids_seed(block_hash: str, public_key: str, nonce: int) -> int:
+    """Seed of a nonce's pseudo input ids (DeepSeek-V4's hash-routed layers)."""
+    return seed_of(input_ids_seed_string(block_hash, public_key, nonce))
 
 
 def stronger_sub_seeds(block_hash: str, public_key: str, nonce: int) -> list[int]:

@@ -35,9 +35,8 @@ class PocBatch:
         return (self.block_hash, self.public_key, self.nonces, self.seq_len, self.k_dim, self.stronger_rng)
 
 
-# Why a batch produced no vectors.
+# Why a batch produced no vectors (a batch that ran is ok: its nonces' outcomes say which have artifacts).
 BATCH_OK = "ok"
-BATCH_NON_FINITE = "non_finite"
 BATCH_INSUFFICIENT_BLOCKS = "insufficient_blocks"
 # The round stopped while the batch waited in the engine core's queue: it never ran.
 BATCH_WITHDRAWN = "withdrawn"
@@ -46,8 +45,11 @@ BATCH_WITHDRAWN = "withdrawn"
 @dataclass
 class PocBatchResult:
     status: str
-    # len(nonces) * k_dim float16, little-endian, row-major (empty unless status is ok).
+    # len(nonces) * k_dim float16, little-endian, row-major (empty unless status is ok); a row whose outcome is not
+    # COMPUTED is zeros and no artifact.
     vectors: bytes = b""
+    # Per nonce, its engine_ext.consensus.HeadOutcome (empty unless status is ok).
+    outcomes: list[int] = field(default_factory=list)
     # Seconds, measured in the worker: the model forward, with the head's arithmetic launched behind it;
     # generating inputs this batch had to wait for (zero when the previous call prefetched them); what is
     # left of the head after the forward (the finiteness check, reading the vectors back).
@@ -58,6 +60,9 @@ class PocBatchResult:
     engine_core_seconds: float = 0.0
     free_blocks: int = 0
     needed_blocks: int = 0
+    # Graphs the compiled PoC forward has compiled in the worker so far, and the seconds inductor took for them.
+    compiled_graphs: int = 0
+    compile_seconds: float = 0.0
     detail: str = field(default="")
 
     def to_wire(self) -> dict[str, Any]:

@@ -1,6 +1,9 @@
 """The engine-core call behind every PoC batch: borrow free KV blocks from the scheduler's block pool,
 run the batch's forward on every worker, give the blocks back (../shared/vllm-seams.md 5.5).
 
+Block ids are the pool's, shared by every KV-cache group: each sequence borrows one stripe, as long as the group with
+the smallest blocks needs, and every group lays its tokens out over it (engine_ext.poc.forward_metadata).
+
 All three happen inside one utility call, between two engine steps: the scheduler never sees the
 blocks missing, a live request is never preempted for them, and a caller that stops waiting cannot
 leak them (the call finishes, and gives them back, whatever the caller does). When too few blocks
@@ -14,19 +17,15 @@ creates the file when it stops, and a batch that has not started yet returns at 
 
 from __future__ import annotations
 
-import math
 import os
 import time
 from typing import Any
 
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_WITHDRAWN, PocBatch, PocBatchResult
+from engine_ext.poc.forward_metadata import blocks_per_sequence
 from engine_ext.seams import return_blocks_first_in_line
 
 WORKER_METHOD = "mlnode_poc_forward"
-
-
-def blocks_per_sequence(seq_len: int, block_size: int) -> int:
-    return math.ceil(seq_len / block_size)
 
 
 def poc_forward_on_borrowed_blocks(engine_core: Any, wire_batch: dict[str, Any], compiled: bool) -> dict[str, Any]:
@@ -36,8 +35,8 @@ def poc_forward_on_borrowed_blocks(engine_core: Any, wire_batch: dict[str, Any],
         return PocBatchResult(BATCH_WITHDRAWN).to_wire()
     scheduler = engine_core.scheduler
     pool = scheduler.kv_cache_manager.block_pool
-    block_size = int(scheduler.kv_cache_config.kv_cache_groups[0].kv_cache_spec.block_size)
-    per_sequence = blocks_per_sequence(batch.seq_len, block_size)
+    block_sizes = [int(group.kv_cache_spec.block_size) for group in scheduler.kv_cache_config.kv_cache_groups]
+    per_sequence = blocks_per_sequence(batch.seq_len, block_sizes)
     needed = per_sequence * len(batch.nonces)
     free = pool.get_num_free_blocks()
     if needed > free:

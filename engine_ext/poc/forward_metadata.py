@@ -1,24 +1,29 @@
 """Attention metadata for one PoC forward, built fresh per call by the model's own attention builders
-(../shared/vllm-seams.md 5.3): B causal sequences of S tokens, no prefix, each writing its keys and
-values only into the KV blocks borrowed for it.
+(../shared/vllm-seams.md 5.3; poc-v2-models.md section 3): B causal sequences of S tokens, no prefix, each writing
+its keys and values only into the KV blocks borrowed for it.
 
-Reads model-runner internals that every supported vLLM has (attn_groups, kv_cache_config,
-input_batch.block_table); CommonAttentionMetadata is built from the fields this vLLM declares, so one
-function serves both versions.
+A model may keep several KV-cache groups, each with its own block size (DeepSeek-V4: sparse MLA and its indexer at
+the cache's block size, the sliding-window compressor at 8), its own block table and its own attention builders.
+Block ids are the one pool's (every group's tensors are indexed by them), so each sequence borrows one stripe of
+blocks, as many as the group with the smallest blocks needs (engine_ext.poc.block_lease), and every group lays
+out its tokens over the start of that stripe with its own block size: slot(t) = stripe[t // m] * m + t % m, with
+m the group's block-manager block size, and its kernel block table (the manager's blocks split into the kernel's
+where the attention kernel's block is smaller). A model with one group (Qwen3, MiniMax-M2) gets one layout.
+
+Reads model-runner internals that vLLM 0.25.1 and 0.28.0 both have (attn_groups, kv_cache_config,
+input_batch.block_table); CommonAttentionMetadata is built from the fields this vLLM declares.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-
-
-class UnsupportedKvLayout(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -31,29 +36,40 @@ class ForwardMetadata:
     positions: torch.Tensor
 
 
-def kv_block_size(runner: Any) -> int:
-    """Tokens per KV block of the block manager (the unit borrowed from the block pool)."""
-    return int(_single_group(runner).kv_cache_spec.block_size)
+@dataclass(frozen=True)
+class GroupLayout:
+    """One KV-cache group's placement of B sequences of S tokens on their borrowed blocks."""
+
+    # [B * S] int64: the slot of every token, nonce-major.
+    slots: np.ndarray
+    # [B, blocks * kernel blocks per manager block] int32: each sequence's kernel block table.
+    kernel_block_table: np.ndarray
+
+
+def blocks_per_sequence(seq_len: int, block_sizes: Sequence[int]) -> int:
+    """Blocks one sequence borrows: the stripe of the group with the smallest blocks (poc-v2-models.md section 3)."""
+    return max(math.ceil(seq_len / int(size)) for size in block_sizes)
+
+
+def group_layout(
+    stripes: np.ndarray, seq_len: int, manager_block_size: int, kernel_blocks_per_block: int
+) -> GroupLayout:
+    """stripes: [B, n] borrowed block ids per sequence (n >= ceil(S / manager_block_size))."""
+    used = math.ceil(seq_len / manager_block_size)
+    kernel_blocks = _kernel_block_ids(stripes[:, :used].astype(np.int64), kernel_blocks_per_block)
+    kernel_block_size = manager_block_size // kernel_blocks_per_block
+    tokens = np.arange(seq_len, dtype=np.int64)
+    slots = kernel_blocks[:, tokens // kernel_block_size] * kernel_block_size + tokens % kernel_block_size
+    return GroupLayout(slots.reshape(-1), kernel_blocks.astype(np.int32))
 
 
 def build_forward_metadata(runner: Any, batch_size: int, seq_len: int, block_ids: list[list[int]]) -> ForwardMetadata:
-    group = _single_group(runner)
     device = runner.device
-    manager_block_size = int(group.kv_cache_spec.block_size)
-    kernel_table = runner.input_batch.block_table.block_tables[0]
-    per_block = int(kernel_table.blocks_per_kv_block)
-    kernel_block_size = manager_block_size // per_block
-    kernel_blocks = _kernel_block_ids(np.asarray(block_ids, dtype=np.int64), per_block)
-
-    tokens = np.arange(seq_len, dtype=np.int64)
-    slots = kernel_blocks[:, tokens // kernel_block_size] * kernel_block_size + tokens % kernel_block_size
-    slot_mapping = torch.from_numpy(slots.reshape(-1)).to(device)
-    block_table = torch.from_numpy(kernel_blocks.astype(np.int32)).to(device)
-
+    stripes = np.asarray(block_ids, dtype=np.int64)
     starts_cpu = torch.arange(0, (batch_size + 1) * seq_len, seq_len, dtype=torch.int32)
     seq_lens_cpu = torch.full((batch_size,), seq_len, dtype=torch.int32)
     positions = torch.arange(seq_len, dtype=torch.int64, device=device).repeat(batch_size)
-    values = {
+    shared = {
         "query_start_loc": starts_cpu.to(device),
         "query_start_loc_cpu": starts_cpu,
         "seq_lens": seq_lens_cpu.to(device),
@@ -61,44 +77,41 @@ def build_forward_metadata(runner: Any, batch_size: int, seq_len: int, block_ids
         "num_actual_tokens": batch_size * seq_len,
         "max_query_len": seq_len,
         "max_seq_len": seq_len,
-        "block_table_tensor": block_table,
-        "slot_mapping": slot_mapping,
         "causal": True,
         "_seq_lens_cpu": seq_lens_cpu,
         "_num_computed_tokens_cpu": torch.zeros(batch_size, dtype=torch.int32),
-        # vLLM (0.20 and later) reads these (some backends assert the upper bound is set).
+        # MLA-style backends read the upper bound (some assert it is set).
         "seq_lens_cpu_upper_bound": seq_lens_cpu,
         "is_prefilling": torch.ones(batch_size, dtype=torch.bool, device=device),
+        # DeepSeek-V4's C128A sparse-MLA builder and its sliding-window compressor read the positions.
         "positions": positions,
     }
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     declared = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
-    common = CommonAttentionMetadata(**{name: value for name, value in values.items() if name in declared})
-
     attention: dict[str, Any] = {}
-    for attention_group in runner.attn_groups[0]:
-        built = attention_group.get_metadata_builder(ubatch_id=0).build(
-            common_prefix_len=0, common_attn_metadata=common
+    slot_mapping: dict[str, torch.Tensor] = {}
+    for group_id, group in enumerate(runner.kv_cache_config.kv_cache_groups):
+        kernel_table = runner.input_batch.block_table.block_tables[group_id]
+        layout = group_layout(
+            stripes, seq_len, int(group.kv_cache_spec.block_size), int(kernel_table.blocks_per_kv_block)
         )
-        for layer_name in attention_group.layer_names:
-            attention[layer_name] = built
-    return ForwardMetadata(
-        attention=attention,
-        slot_mapping=dict.fromkeys(group.layer_names, slot_mapping),
-        positions=positions,
-    )
-
-
-def _single_group(runner: Any) -> Any:
-    groups = runner.kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
-        # Hybrid models (sliding-window or mamba groups) hold several block tables per request; the
-        # served Qwen3 models have one. Refuse rather than write a group's KV into another's blocks.
-        raise UnsupportedKvLayout(
-            f"the PoC forward supports models with one KV-cache group, this one has {len(groups)}"
-        )
-    return groups[0]
+        slots = torch.from_numpy(layout.slots).to(device)
+        values = {
+            **shared,
+            "block_table_tensor": torch.from_numpy(layout.kernel_block_table).to(device),
+            "slot_mapping": slots,
+        }
+        common = CommonAttentionMetadata(**{name: value for name, value in values.items() if name in declared})
+        for attention_group in runner.attn_groups[group_id]:
+            built = attention_group.get_metadata_builder(ubatch_id=0).build(
+                common_prefix_len=0, common_attn_metadata=common
+            )
+            for layer_name in attention_group.layer_names:
+                attention[layer_name] = built
+        for layer_name in group.layer_names:
+            slot_mapping[layer_name] = slots
+    return ForwardMetadata(attention=attention, slot_mapping=slot_mapping, positions=positions)
 
 
 def _kernel_block_ids(manager_block_ids: np.ndarray, per_block: int) -> np.ndarray:

@@ -1,103 +1,82 @@
-"""The PoC forward's layer stack: the model's decoder layers with the per-layer reflection after each
-(poc-v2.md section 4), then the final norm.
+"""The PoC forward's layer stack on any supported decoder (engine_ext.poc.decoders): the model's decoder layers in
+its own order, each followed by the per-layer reflection (poc-v2.md section 4), then the model's final collapse and
+norm, read at the rows the head uses.
 
-It is the decoder's own loop (vLLM's Qwen2/Qwen3/Qwen3-MoE models: `layer(positions, hidden, residual)`
-returning the (hidden, residual) pair whose sum is the stream), written out so that the reflections sit
-between the layers without hooks on the shared modules: inference never runs this code. The same
-function runs eager (vLLM's own kernels) or compiled by torch.compile into a graph of the PoC's own,
-separate from the inference graph.
+The stack is a loop over two steps, so that the same loop runs eager (the steps as written, vLLM's own kernels) or
+compiled (engine_ext.poc.compiled_layers: each step compiled once per layer kind and reused across the layers):
+- `reflected_layer`: one layer, then its reflection;
+- `reflected_last_layer`: the last layer at the kept rows only where the decoder can (the head reads one token per
+  sequence), its reflection, the final collapse and norm.
+The eager forward's last step is `eager_last_layer`: the whole last layer and the final norm on every token, as the
+model's own forward computes them, then the rows.
 """
 
 from __future__ import annotations
 
-import inspect
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from engine_ext.consensus import reflect_stream
+from engine_ext.poc.decoders import PocDecoder, StreamState
+
+LayerStep = Callable[[PocDecoder, Any, torch.Tensor, torch.Tensor | None, StreamState, torch.Tensor], StreamState]
+LastLayerStep = Callable[
+    [PocDecoder, Any, torch.Tensor, torch.Tensor | None, StreamState, torch.Tensor, torch.Tensor], torch.Tensor
+]
 
 
-class UnsupportedDecoder(RuntimeError):
-    pass
+def reflected_layer(
+    decoder: PocDecoder,
+    layer: Any,
+    positions: torch.Tensor,
+    input_ids: torch.Tensor | None,
+    state: StreamState,
+    vector: torch.Tensor,
+) -> StreamState:
+    return decoder.reflect(decoder.call_layer(layer, positions, input_ids, state), vector)
 
 
-@dataclass(frozen=True)
-class DecoderLayers:
-    decoder: Any
-    # The decoder layers this rank holds, and the global index of the first (its reflection vector's).
-    layers: list[Any]
-    first_index: int
+def reflected_last_layer(
+    decoder: PocDecoder,
+    layer: Any,
+    positions: torch.Tensor,
+    input_ids: torch.Tensor | None,
+    state: StreamState,
+    vector: torch.Tensor,
+    rows: torch.Tensor,
+) -> torch.Tensor:
+    """[len(rows), H]: the last layer computes no other row past its attention where the decoder can."""
+    return decoder.final_hidden(
+        decoder.reflect(decoder.call_layer_on_rows(layer, positions, input_ids, state, rows), vector)
+    )
 
 
-def decoder_layers(model: Any) -> DecoderLayers:
-    """Refuses a model whose decoder is not shaped as above."""
-    decoder = getattr(model, "model", None)
-    layers = getattr(decoder, "layers", None)
-    if decoder is None or layers is None or not hasattr(decoder, "norm"):
-        raise UnsupportedDecoder(
-            f"{type(model).__name__}: the PoC forward needs model.model.layers and model.model.norm"
-        )
-    first, last = int(getattr(decoder, "start_layer", 0)), int(getattr(decoder, "end_layer", len(layers)))
-    held = [layers[index] for index in range(first, last)]
-    expected = ["positions", "hidden_states", "residual"]
-    for layer in held[:1]:
-        parameters = list(inspect.signature(layer.forward).parameters)[:3]
-        if parameters != expected:
-            raise UnsupportedDecoder(
-                f"{type(layer).__name__}.forward takes {parameters}, the PoC forward calls it with {expected}"
-            )
-    return DecoderLayers(decoder, held, first)
+def eager_last_layer(
+    decoder: PocDecoder,
+    layer: Any,
+    positions: torch.Tensor,
+    input_ids: torch.Tensor | None,
+    state: StreamState,
+    vector: torch.Tensor,
+    rows: torch.Tensor,
+) -> torch.Tensor:
+    return decoder.final_hidden(reflected_layer(decoder, layer, positions, input_ids, state, vector))[rows]
 
 
-# Decoder layers whose forward is exactly: the input norm (with the residual add after the first layer), attention,
-# the post-attention norm with the residual add, the MLP; returning (hidden, residual). Read in vLLM 0.15.1 to
-# 0.28.0; after the attention, every row is computed on its own.
-ROW_WISE_AFTER_ATTENTION = frozenset(
-    {
-        "vllm.model_executor.models.qwen2.Qwen2DecoderLayer",
-        "vllm.model_executor.models.qwen3.Qwen3DecoderLayer",
-        "vllm.model_executor.models.qwen3_moe.Qwen3MoeDecoderLayer",
-    }
-)
-
-
-def reflected_stack(
-    decoder: Any,
-    layers: list[Any],
+def run_stack(
+    decoder: PocDecoder,
     positions: torch.Tensor,
     inputs_embeds: torch.Tensor,
+    input_ids: torch.Tensor | None,
     vectors: torch.Tensor,
-    kept_rows: torch.Tensor | None = None,
+    rows: torch.Tensor,
+    step: LayerStep = reflected_layer,
+    last_step: LastLayerStep = eager_last_layer,
 ) -> torch.Tensor:
-    """[tokens, H]: the final-normed hidden states; vectors[i] reflects the stream after layers[i]. With kept_rows,
-    [len(kept_rows), H]: those rows only, and the last layer computes no other row past its attention."""
-    hidden, residual = inputs_embeds, None
-    for offset, layer in enumerate(layers):
-        if kept_rows is not None and offset == len(layers) - 1:
-            hidden, residual = layer_on_rows(layer, positions, hidden, residual, kept_rows)
-        else:
-            hidden, residual = layer(positions, hidden, residual)
-        hidden, residual = reflect_stream(hidden, residual, vectors[offset])
-    hidden, _ = decoder.norm(hidden, residual)
-    return hidden
-
-
-def layer_on_rows(
-    layer: Any, positions: torch.Tensor, hidden: torch.Tensor, residual: torch.Tensor | None, rows: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """layer(positions, hidden, residual) at `rows` only. The attention needs every token's keys and values, but a
-    PoC artifact reads one token per sequence: for a layer that is row-wise after its attention, the MLP (the routed
-    experts of a MoE layer) runs on the kept rows alone; any other layer runs whole before the rows are taken."""
-    if f"{type(layer).__module__}.{type(layer).__qualname__}" not in ROW_WISE_AFTER_ATTENTION:
-        hidden, residual = layer(positions, hidden, residual)
-        return hidden[rows], residual[rows]
-    if residual is None:
-        residual = hidden
-        hidden = layer.input_layernorm(hidden)
-    else:
-        hidden, residual = layer.input_layernorm(hidden, residual)
-    hidden = layer.self_attn(positions=positions, hidden_states=hidden)
-    hidden, residual = layer.post_attention_layernorm(hidden[rows], residual[rows])
-    return layer.mlp(hidden), residual
+    """[len(rows), H]: the final-normed hidden states at `rows`; vectors[i] reflects the stream after layers[i]."""
+    layers = decoder.layers
+    state = decoder.initial_state(inputs_embeds)
+    for offset, layer in enumerate(layers[:-1]):
+        state = step(decoder, layer, positions, input_ids, state, vectors[offset])
+    return last_step(decoder, layers[-1], positions, input_ids, state, vectors[len(layers) - 1], rows)

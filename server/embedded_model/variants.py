@@ -1,10 +1,15 @@
-"""The embedded model's variants: the same seeded Qwen3, told apart only by how its output head is scaled.
+"""The embedded model's variants: the same seeded Qwen3, told apart by how its output head is scaled or how
+many layers it has.
 
 `default` is the embedded default model, whose next-token distributions are near-uniform over the
 151 936-token vocabulary. `peaked` multiplies the output head (lm_head; the model does not tie it to
 the embeddings) by 32, which spreads the logits over tens of nats: at temperature 1.0, top_p 0.9 keeps
 about 8 tokens at the median position and the top token carries about half the mass, so top-k, top-p
-and min-p filters really cut.
+and min-p filters really cut. `qwen3-tiny-16-layers` is the default model 16 layers deep (its first two
+layers are the default's: every tensor is seeded by its name), for the PoC forward's compile scheme.
+
+The architecture variants (`ArchitectureVariant`) are tiny random-weight models of the network's other
+architectures (MiniMax-M2), with the same tokenizer, built the same way.
 
 The shape variants (`ShapeVariant`) are released models' shapes with the same tokenizer and no weights, for GPU
 hosts: vLLM serves them with `--load-format dummy`.
@@ -26,6 +31,8 @@ class Variant:
     name: str
     directory: Path
     lm_head_scale: int
+    # None: the default model's depth (2 layers).
+    num_hidden_layers: int | None = None
 
     def __post_init__(self) -> None:
         # A power of two scales a bf16 tensor exactly, so a variant's head is exactly the default's
@@ -38,7 +45,23 @@ class Variant:
         stays byte-identical, so a record without `variant` is the default."""
         if self == DEFAULT_VARIANT:
             return {}
-        return {"variant": self.name, "lm_head_scale": self.lm_head_scale}
+        depth = {} if self.num_hidden_layers is None else {"num_hidden_layers": self.num_hidden_layers}
+        return {"variant": self.name, "lm_head_scale": self.lm_head_scale, **depth}
+
+
+@dataclass(frozen=True)
+class ArchitectureVariant:
+    """A tiny model of another architecture than Qwen3, with seeded random weights in its released checkpoint's
+    tensor layout (so that vLLM and transformers both load it as they load the released model) and the embedded
+    model's tokenizer."""
+
+    name: str
+    directory: Path
+    # The whole config.json.
+    config: Mapping[str, Any]
+
+    def build_info_fields(self) -> dict[str, Any]:
+        return {"variant": self.name}
 
 
 @dataclass(frozen=True)
@@ -104,8 +127,54 @@ QWEN3_30B_A3B_SHAPE = ShapeVariant(
         }
     ),
 )
-VARIANTS: Mapping[str, Variant | ShapeVariant] = MappingProxyType(
-    {v.name: v for v in (DEFAULT_VARIANT, PEAKED_VARIANT, QWEN3_8B_SHAPE, QWEN3_30B_A3B_SHAPE)}
+# The default model 16 layers deep: the compile scheme of the PoC forward (benchmarks/poc_compile_bench.py).
+DEEP_VARIANT = Variant(
+    "qwen3-tiny-16-layers", MODELS_DIR / "qwen3-tiny-16-layers", lm_head_scale=1, num_hidden_layers=16
+)
+# MiniMax-M2's architecture (MiniMaxM2ForCausalLM, poc-v2-models.md section 7.1) at the size of the embedded model:
+# full attention with grouped KV heads (4 query heads on 2), per-layer q/k norms over all heads, partial rotary
+# embedding (16 of 32 dimensions, as 64 of the released 128), and a mixture of 16 experts of which 4 run per token,
+# routed by a sigmoid with a per-expert bias, as the released model's 256 and 8. Its vocabulary is the released
+# model's 200 064 rows (the Qwen tokenizer's 151 669 ids fit in it); bf16, as vLLM's CPU experts route by softmax
+# only in their quantized path.
+MINIMAX_M2_TINY = ArchitectureVariant(
+    "minimax-m2-tiny",
+    MODELS_DIR / "minimax-m2-tiny",
+    MappingProxyType(
+        {
+            "architectures": ("MiniMaxM2ForCausalLM",),
+            "model_type": "minimax_m2",
+            "vocab_size": 200064,
+            "hidden_size": 128,
+            "intermediate_size": 64,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "head_dim": 32,
+            "rotary_dim": 16,
+            "num_local_experts": 16,
+            "num_experts_per_tok": 4,
+            "scoring_func": "sigmoid",
+            "use_routing_bias": True,
+            "use_qk_norm": True,
+            "qk_norm_type": "per_layer",
+            "hidden_act": "silu",
+            "max_position_embeddings": 8192,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 5000000.0,
+            "attention_dropout": 0.0,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "use_cache": True,
+        }
+    ),
+)
+VARIANTS: Mapping[str, Variant | ArchitectureVariant | ShapeVariant] = MappingProxyType(
+    {
+        v.name: v
+        for v in (DEFAULT_VARIANT, PEAKED_VARIANT, DEEP_VARIANT, MINIMAX_M2_TINY, QWEN3_8B_SHAPE, QWEN3_30B_A3B_SHAPE)
+    }
 )
 DEFAULT_MODEL_DIR = DEFAULT_VARIANT.directory
 PEAKED_MODEL_DIR = PEAKED_VARIANT.directory
+MINIMAX_M2_MODEL_DIR = MINIMAX_M2_TINY.directory

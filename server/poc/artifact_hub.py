@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from server.errors import echoed
 
-from .artifacts import ArtifactBatch
+from .artifacts import ArtifactBatch, NonceFailure
 from .round_buffer import RoundBuffer
 
 
@@ -129,14 +129,20 @@ class ArtifactHub:
         self._current_id = round_id
 
     def publish(
-        self, round_id: str, nonces: Sequence[int], vectors: bytes, group_id: int = 0, instance: int = 0
+        self,
+        round_id: str,
+        nonces: Sequence[int],
+        vectors: bytes,
+        group_id: int = 0,
+        instance: int = 0,
+        failures: Sequence[NonceFailure] = (),
     ) -> ArtifactBatch:
-        """Number and buffer one batch (of nonce group `group_id`, computed by engine instance `instance`), wake
-        the round's subscribers, return the batch."""
+        """Number and buffer one batch (its artifacts, and its nonces without one; of nonce group `group_id`,
+        computed by engine instance `instance`), wake the round's subscribers, return the batch."""
         round_ = self._round(round_id)
         if round_.end_reason is not None:
             raise RoundClosed(f"round {echoed(round_id)} has ended ({round_.end_reason.value})")
-        batch = round_.buffer.append(nonces, vectors, group_id, instance)
+        batch = round_.buffer.append(nonces, vectors, group_id, instance, failures)
         round_.notify()
         return batch
 

@@ -2,9 +2,10 @@
 (poc-v2.md section 7), batch by batch, spread over the engine instances (server.poc.spread), each on KV
 blocks borrowed from its own engine beside its live inference; the progress comes in the claims' order.
 
-Every distinct nonce claimed gets its own verdict: recomputed as given (any int64), judged once
-however often it is claimed, and a batch the engine rejects as non-finite is split, on the instance that
-ran it, until its non-finite nonces stand alone (poc-v2-models.md section 5: such nonces are dropped one by one).
+Every distinct nonce claimed gets its own verdict: recomputed as given (any int64) and judged once however
+often it is claimed. The engine reports each nonce's outcome (poc-v2-models.md section 5: a nonce whose last
+hidden state or vector is not finite, or whose vector is all zero, has no artifact): such a nonce is not
+computable here and hides no other claim of its batch.
 """
 
 from __future__ import annotations
@@ -14,16 +15,20 @@ import math
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
 
-import numpy as np
-
 from engine_ext.consensus import check_claimed_vector, fraud_test
-from engine_ext.poc.batch import BATCH_NON_FINITE
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.errors import invalid_field
 from server.instances import EngineInstance
-from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
-from server.poc.round_params import ArtifactParams, PocLimits, artifact_params, batch_size_of, callback_url_of
-from server.poc.spread import Pieces, spread_batches
+from server.poc.batch_runner import KvBlockNotes
+from server.poc.outcomes import split_outcomes
+from server.poc.round_params import (
+    PocLimits,
+    artifact_params,
+    batch_size_of,
+    callback_url_of,
+    require_poc_enabled,
+)
+from server.poc.spread import spread_batches
 
 MAX_CLAIMS = 100_000
 # Where a claim could not be judged by distance (undecodable, non-finite, or not computed here).
@@ -40,6 +45,7 @@ async def validate_poc_artifacts(
     deliver: ValidatedCallback,
 ) -> AsyncGenerator[vpb.ValidatePocArtifactsResponse, None]:
     """`instances`: those the batches are spread over."""
+    require_poc_enabled(limits)
     params = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
     batch_size = batch_size_of(request, params.seq_len, limits)
     dist_threshold, p_mismatch, p_value_threshold = _stat_test(request)
@@ -51,28 +57,27 @@ async def validate_poc_artifacts(
     mismatch_nonces: list[int] = []
     chunks = [claims[start : start + batch_size] for start in range(0, len(claims), batch_size)]
     batches = [[claim.nonce for claim in chunk] for chunk in chunks]
-    async with aclosing(spread_batches(instances, params, batches, notes)) as computed:
+    async with aclosing(spread_batches(instances, params, batches, notes)) as spread:
         index = 0
-        async for instance, pieces_of_chunk in computed:
+        async for _instance, pieces_of_chunk in spread:
             chunk = chunks[index]
             index += 1
-            for nonces, result in await _isolating_non_finite(instance.runner, params, pieces_of_chunk, notes):
+            for nonces, result in pieces_of_chunk:
                 pieces = [_claim_of(chunk, nonce) for nonce in nonces]
-                if result.status == BATCH_NON_FINITE:
-                    # Not computable here (each such nonce stands alone by now): counted in n_total, never as a
-                    # mismatch (spec section 7).
-                    distances = [NO_DISTANCE] * len(pieces)
-                    flags = [False] * len(pieces)
-                    not_computable += len(pieces)
-                else:
-                    computed_vectors = np.frombuffer(result.vectors, dtype="<f2").reshape(len(nonces), params.k_dim)
-                    verdicts = [
-                        check_claimed_vector(computed_vectors[i], _claimed_b64(claim), dist_threshold)
-                        for i, claim in enumerate(pieces)
-                    ]
-                    distances = [NO_DISTANCE if v.distance is None else float(v.distance) for v in verdicts]
-                    flags = [v.mismatch for v in verdicts]
+                rows = split_outcomes(nonces, result, params.k_dim).rows
+                distances, flags = [], []
+                for claim, row in zip(pieces, rows):
+                    if row is None:
+                        # Not computable here: counted in n_total, never as a mismatch (spec section 7).
+                        distances.append(NO_DISTANCE)
+                        flags.append(False)
+                        continue
+                    check = check_claimed_vector(row, _claimed_b64(claim), dist_threshold)
+                    distances.append(NO_DISTANCE if check.distance is None else float(check.distance))
+                    flags.append(check.mismatch)
+                computed = [row is not None for row in rows]
                 checked += len(pieces)
+                not_computable += computed.count(False)
                 mismatched += sum(flags)
                 mismatch_nonces += [claim.nonce for claim, flag in zip(pieces, flags) if flag]
                 yield vpb.ValidatePocArtifactsResponse(
@@ -82,6 +87,7 @@ async def validate_poc_artifacts(
                         mismatches=flags,
                         nonces_checked=checked,
                         mismatches_so_far=mismatched,
+                        computed=computed,
                     )
                 )
     verdict = fraud_test(mismatched, checked, p_mismatch, p_value_threshold)
@@ -119,23 +125,6 @@ def _first_claims(claims: list[vpb.ClaimedArtifact]) -> tuple[list[vpb.ClaimedAr
 
 def _claim_of(chunk: list[vpb.ClaimedArtifact], nonce: int) -> vpb.ClaimedArtifact:
     return next(claim for claim in chunk if claim.nonce == nonce)
-
-
-async def _isolating_non_finite(
-    runner: PocBatchRunner, params: ArtifactParams, pieces: Pieces, notes: KvBlockNotes
-) -> Pieces:
-    """`pieces`, a batch that came back non-finite run again in halves on `runner` until each non-finite
-    nonce stands alone: the engine rejects a whole batch for one non-finite row, which must not hide the
-    other claims of that batch from judgement."""
-    results: Pieces = []
-    for ran, result in pieces:
-        if result.status == BATCH_NON_FINITE and len(ran) > 1:
-            half = len(ran) // 2
-            for part in (ran[:half], ran[half:]):
-                results += await _isolating_non_finite(runner, params, await runner.run(params, part, notes), notes)
-        else:
-            results.append((ran, result))
-    return results
 
 
 def _stat_test(request: vpb.ValidatePocArtifactsRequest) -> tuple[float, float, float]:

@@ -1,4 +1,5 @@
-"""One batch of a round's artifacts: nonces and their float16 vectors, as the hub numbers and fans them out."""
+"""One batch of a round's artifacts: nonces and their float16 vectors, as the hub numbers and fans them out, and the
+batch's nonces that have none (poc-v2-models.md section 5)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from engine_ext.consensus import HeadOutcome
 from engine_ext.consensus.artifact import encode_vector
 
 _LE_F16 = np.dtype("<f2")
+
+
+@dataclass(frozen=True)
+class NonceFailure:
+    """A nonce of a batch without an artifact, and why (never COMPUTED)."""
+
+    nonce: int
+    outcome: HeadOutcome
 
 
 @dataclass(frozen=True)
@@ -16,7 +26,7 @@ class ArtifactBatch:
     """`vectors` holds len(nonces) * k_dim float16 values, little-endian, row-major: row i is nonce i's vector.
 
     Kept as raw bytes rather than an array: the gRPC stream sends them as they are, and only the HTTP
-    callback needs the per-row base64 form.
+    callback needs the per-row base64 form. `failures`: the batch's other nonces, which have no artifact.
     """
 
     sequence: int  # 1-based, dense per round, assigned by the hub
@@ -26,13 +36,14 @@ class ArtifactBatch:
     # The nonce group and the engine instance that computed the batch (server.poc.mining_round).
     group_id: int = 0
     instance: int = 0
+    failures: tuple[NonceFailure, ...] = ()
 
     def __post_init__(self) -> None:
         if self.sequence < 1:
             raise ValueError(f"sequence must be >= 1, got {self.sequence}")
         if self.k_dim < 1:
             raise ValueError(f"k_dim must be >= 1, got {self.k_dim}")
-        if not self.nonces:
+        if not self.nonces and not self.failures:
             raise ValueError("an artifact batch holds at least one nonce")
         expected = len(self.nonces) * self.k_dim * _LE_F16.itemsize
         if len(self.vectors) != expected:

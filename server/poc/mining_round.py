@@ -28,18 +28,19 @@ from typing import Protocol
 
 from engine_ext.consensus import nonce_batches
 from engine_ext.errors import EngineCallTimeout
-from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_NON_FINITE, BATCH_WITHDRAWN, PocBatchResult
+from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_WITHDRAWN, PocBatchResult
 from engine_ext.poc.withdrawal import Withdrawal
 from gonka.mlnode.v1 import poc_pb2
 from server.instances import EngineInstance
 from server.poc.artifact_hub import ArtifactHub
 from server.poc.batch_runner import KvBlockNotes, poc_batch
+from server.poc.outcomes import split_outcomes
 from server.poc.round_params import RoundParameters
 
 log = logging.getLogger(__name__)
 
 PIPELINE_DEPTH = 2
-# Consecutive batches rejected for non-finite values before the round fails instead of looping.
+# Consecutive batches without a single artifact (every nonce non-finite) before the round fails instead of looping.
 MAX_CONSECUTIVE_REJECTIONS = 3
 RATE_WINDOW_SECONDS = 60.0
 
@@ -124,6 +125,7 @@ class MiningRound:
         self.nonces_produced = 0
         self.last_sequence = 0
         self.rejected_batches = 0
+        self.nonces_failed = 0
         self._batches = 0
         self._forward_seconds = 0.0
         self._input_wait_seconds = 0.0
@@ -232,22 +234,37 @@ class MiningRound:
         previous_done = group.last_done_at if group.last_done_at is not None else group.first_issue_at
         group.last_done_at = now
         self._last_done_at = now
-        if result.status == BATCH_NON_FINITE:
+        split = split_outcomes(nonces, result, self.params.artifacts.k_dim)
+        if split.nonces:
+            for sink in self._sinks:
+                sink.add(split.nonces, split.vectors)  # on disk before any subscriber can read it
+        # A nonce without an artifact goes out as its own error in the batch; the others are published as usual.
+        batch = self._hub.publish(
+            self.round_id, split.nonces, split.vectors, group.group_id, group.instance.index, split.failures
+        )
+        self.last_sequence = batch.sequence
+        if split.failures:
+            self.nonces_failed += len(split.failures)
+            log.warning(
+                "round %s: %d of %d nonces of batch %d%s have no artifact: %s",
+                self.round_id,
+                len(split.failures),
+                len(nonces),
+                batch.sequence,
+                self._group_words(group),
+                ", ".join(f"{f.nonce} ({f.outcome.name})" for f in split.failures[:8]),
+            )
+        if not split.nonces:
             self.rejected_batches += 1
             group.consecutive_rejections += 1
-            log.warning("round %s: batch rejected%s (%s)", self.round_id, self._group_words(group), result.detail)
             if group.consecutive_rejections >= MAX_CONSECUTIVE_REJECTIONS:
                 raise RoundFailed(
-                    f"{group.consecutive_rejections} consecutive batches had non-finite values ({result.detail})"
+                    f"{group.consecutive_rejections} consecutive batches had no artifact (every nonce non-finite)"
                 )
             return
         group.consecutive_rejections = 0
-        for sink in self._sinks:
-            sink.add(nonces, result.vectors)  # on disk before any subscriber can read it
-        batch = self._hub.publish(self.round_id, nonces, result.vectors, group.group_id, group.instance.index)
-        self.last_sequence = batch.sequence
-        self.nonces_produced += len(nonces)
-        group.nonces_produced += len(nonces)
+        self.nonces_produced += len(split.nonces)
+        group.nonces_produced += len(split.nonces)
         group.batches += 1
         self._batches += 1
         self._forward_seconds += result.forward_seconds
@@ -261,7 +278,7 @@ class MiningRound:
             self._outside_samples += 1
         if self._first_batch_at is None:
             self._first_batch_at = now
-        self._recent.append((now, len(nonces)))
+        self._recent.append((now, len(split.nonces)))
         while self._recent and now - self._recent[0][0] > RATE_WINDOW_SECONDS:
             self._recent.popleft()
 
@@ -286,6 +303,7 @@ class MiningRound:
             nonces_produced=self.nonces_produced,
             last_sequence=self.last_sequence,
             rejected_batches=self.rejected_batches,
+            nonces_failed=self.nonces_failed,
             started_at_unix=self.started_at_unix,
             failure=self.failure,
             preempted_streams=self.preempted_streams,

@@ -20,8 +20,9 @@ DEFAULT_CALLBACK_INTERVAL_SECONDS = 5.0
 # The retry delay given to inference refused during a round: confirmation rounds are short, and
 # clients should come back soon after one ends without polling hard.
 DEFAULT_GATE_RETRY_SECONDS = 5.0
-# How the worker runs a PoC batch (engine_ext.poc.worker_forward).
-POC_FORWARDS = ("compiled", "eager")
+# How the worker runs a PoC batch (engine_ext.poc.worker_forward), or "off": no PoC at all (a model the PoC forward
+# has no decoder for is served for inference only).
+POC_FORWARDS = ("compiled", "eager", "off")
 
 
 def default_callback_store(port: int, environment: Mapping[str, str] = os.environ) -> Path:
@@ -42,6 +43,8 @@ class PocOptions:
     block_wait_seconds: float = DEFAULT_BLOCK_WAIT_SECONDS
     gate_retry_seconds: float = DEFAULT_GATE_RETRY_SECONDS
     compiled_forward: bool = True
+    # False (--poc-forward off): PocService and ValidatePocArtifacts refuse every call (POC_DISABLED).
+    enabled: bool = True
 
 
 def add_poc_arguments(parser: argparse.ArgumentParser) -> None:
@@ -91,7 +94,8 @@ def add_poc_arguments(parser: argparse.ArgumentParser) -> None:
         default=POC_FORWARDS[0],
         help="compiled: the PoC forward compiled by torch.compile before the server serves (seconds "
         "to minutes at start, cached for later starts; faster batches); eager: vLLM's kernels one "
-        "by one, nothing to compile (default %(default)s)",
+        "by one, nothing to compile; off: no PoC, inference only (for a model the PoC forward has no "
+        "decoder for, which is otherwise refused at start) (default %(default)s)",
     )
     group.add_argument(
         "--poc-retry-after-s",
@@ -111,6 +115,7 @@ def poc_options_from(namespace: argparse.Namespace) -> PocOptions:
         block_wait_seconds=namespace.poc_block_wait_s,
         gate_retry_seconds=namespace.poc_retry_after_s,
         compiled_forward=namespace.poc_forward == "compiled",
+        enabled=namespace.poc_forward != "off",
     )
 
 

@@ -6,7 +6,7 @@ from array import array
 from collections import deque
 from collections.abc import Sequence
 
-from .artifacts import ArtifactBatch
+from .artifacts import ArtifactBatch, NonceFailure
 
 
 class RoundBuffer:
@@ -53,7 +53,14 @@ class RoundBuffer:
     def buffered_artifacts(self) -> int:
         return self._buffered_artifacts
 
-    def append(self, nonces: Sequence[int], vectors: bytes, group_id: int = 0, instance: int = 0) -> ArtifactBatch:
+    def append(
+        self,
+        nonces: Sequence[int],
+        vectors: bytes,
+        group_id: int = 0,
+        instance: int = 0,
+        failures: Sequence[NonceFailure] = (),
+    ) -> ArtifactBatch:
         batch = ArtifactBatch(
             self.last_sequence + 1,
             tuple(int(nonce) for nonce in nonces),
@@ -61,6 +68,7 @@ class RoundBuffer:
             self.k_dim,
             group_id,
             instance,
+            tuple(failures),
         )
         self._batches.append(batch)
         self._buffered_artifacts += len(batch)

@@ -36,6 +36,17 @@ class PocLimits:
     # The server's engine instances: with several, the server numbers the nonce groups itself
     # (server.poc.round_control) and a request that sets group_id or group_count is refused.
     instances: int = 1
+    # False: the server runs with PoC off (--poc-forward off) and refuses every PoC call.
+    enabled: bool = True
+
+
+def require_poc_enabled(limits: PocLimits) -> None:
+    if not limits.enabled:
+        raise ServiceError(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            Reason.POC_DISABLED,
+            "PoC is off on this server (--poc-forward off): it serves inference only",
+        )
 
 
 @dataclass(frozen=True)

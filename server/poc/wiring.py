@@ -88,7 +88,8 @@ class PocComponents:
         )
 
 
-def poc_limits(facts: ModelFacts, instances: int) -> PocLimits:
+def poc_limits(facts: ModelFacts, instances: int, enabled: bool = True) -> PocLimits:
+    """`enabled`: False when the server runs with PoC off (every PoC call is refused)."""
     return PocLimits(
         facts.served_model_name,
         facts.max_model_len,
@@ -97,4 +98,5 @@ def poc_limits(facts: ModelFacts, instances: int) -> PocLimits:
         facts.max_num_seqs,
         facts.poc_batch_cap,
         instances,
+        enabled,
     )

@@ -6,8 +6,9 @@ Faults, in ENGINE_FAULTS_ENV (JSON):
 - "fail_seed", "fail_after_tokens": a request whose sampling seed is fail_seed ends with a request-level
   engine error (FINISHED_ERROR, finish reason "error") once it has generated fail_after_tokens tokens,
   the way vLLM ends a request whose KV-cache load failed (_finish_with_error).
-- "non_finite_nonces": the PoC forward's last hidden state is NaN for these nonces, so that any batch
-  holding one comes back non-finite (BATCH_NON_FINITE), as a model overflowing on them would.
+- "non_finite_nonces": the PoC forward's last hidden state is NaN for these nonces, so that each of them
+  comes back without an artifact (HeadOutcome.NON_FINITE_HIDDEN) beside its batch's other nonces, as a model
+  overflowing on them would.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """An independent PoC v2 forward (poc-v2.md sections 3-5) with Hugging Face transformers, one nonce at a time.
 
 The engine computes artifacts in vLLM's batched forward (engine_ext.poc.worker_forward): its own attention
-metadata, borrowed KV blocks, hooks on vLLM's decoder layers whose output is the pair (hidden, residual).
-This reference shares none of that: the same checkpoint loaded by transformers' `Qwen3ForCausalLM`, one
-causal sequence per call, no KV cache, the reflection applied to HF's single residual-stream output. What
+metadata, borrowed KV blocks, vLLM's decoder layers whose output is the pair (hidden, residual), the reflections
+between them. This reference shares none of that: the same checkpoint loaded by transformers' implementation of
+its architecture (Qwen3, MiniMax-M2), one causal sequence per call, no KV cache, the reflection applied by a hook
+to HF's single residual-stream output. What
 both share is the consensus core (inputs, layer vectors, reflection formula, head), which the unit tests
 check against the spec's conformance vectors on their own. So a disagreement between the engine and this
 reference points at the engine's forward (a missing or misplaced reflection, wrong inputs, the wrong token or
@@ -17,7 +18,7 @@ Below the reference: small helpers the PoC end-to-end tests share to talk to Poc
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,20 +30,27 @@ import torch
 from engine_ext.consensus import head_vectors, inputs_for_nonce, layer_vectors, reflect
 from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
 
+# x, v -> x reflected by v (engine_ext.consensus.reflect unless a test compares another arithmetic).
+Reflection = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
 
 class HfPocReference:
-    """The embedded model under transformers, on CPU, in the checkpoint's dtype (bf16)."""
+    """An embedded model under transformers, on CPU, in the checkpoint's dtype (bf16)."""
 
     def __init__(self, model_dir: Path | str, attention: str = "eager") -> None:
-        from transformers import AutoConfig, Qwen3ForCausalLM
+        from transformers import AutoConfig, AutoModelForCausalLM
 
         config = AutoConfig.from_pretrained(str(model_dir))
         # The checkpoint's dtype, not an override: poc-v2.md section 3 casts inputs to it, and the engine
         # serves the same weights in it.
         declared = getattr(config, "dtype", None) or config.torch_dtype
         self.dtype: torch.dtype = declared if isinstance(declared, torch.dtype) else getattr(torch, str(declared))
-        self.model = Qwen3ForCausalLM.from_pretrained(str(model_dir), dtype=self.dtype, attn_implementation=attention)
+        self.model = AutoModelForCausalLM.from_pretrained(
+            str(model_dir), dtype=self.dtype, attn_implementation=attention
+        )
         self.model.eval()
+        if config.model_type == "minimax_m2":
+            _route_in_float32(self.model, Path(model_dir))
         self.hidden = int(config.hidden_size)
         self.num_layers = int(config.num_hidden_layers)
 
@@ -55,22 +63,28 @@ class HfPocReference:
         k: int = 12,
         stronger_rng: bool = False,
         reflect_layers: bool = True,
+        reflection: Reflection = reflect,
     ) -> np.ndarray:
         """The artifact of one nonce: float16 [k]. `reflect_layers=False` is the plain forward, a negative
-        control: the tests use it to show their tolerance tells a forward without reflections apart."""
+        control: the tests use it to show their tolerance tells a forward without reflections apart. `reflection`:
+        the arithmetic of one reflection (benchmarks/reflection_order_bench.py compares rounding orders)."""
         inputs = inputs_for_nonce(
             block_hash, public_key, nonce, seq_len, self.hidden, dtype=self.dtype, stronger_rng=stronger_rng
         )
-        last_hidden = self.last_hidden(block_hash, inputs, reflect_layers)
+        last_hidden = self.last_hidden(block_hash, inputs, reflect_layers, reflection)
         vectors = head_vectors(last_hidden.float().unsqueeze(0), block_hash, public_key, [nonce], k)
         return vectors[0].numpy()
 
-    def last_hidden(self, block_hash: str, inputs: torch.Tensor, reflect_layers: bool = True) -> torch.Tensor:
+    def last_hidden(
+        self, block_hash: str, inputs: torch.Tensor, reflect_layers: bool = True, reflection: Reflection = reflect
+    ) -> torch.Tensor:
         """[H] last-token hidden state after the final norm, with the per-layer reflections applied."""
         # Global layer indices 0..L-1 (this reference is never pipeline-split).
-        reflection = layer_vectors(block_hash, range(self.num_layers), self.hidden, dtype=self.dtype)
+        vectors = layer_vectors(block_hash, range(self.num_layers), self.hidden, dtype=self.dtype)
         layers = self.model.model.layers if reflect_layers else []
-        handles = [layer.register_forward_hook(_reflecting(reflection[index])) for index, layer in enumerate(layers)]
+        handles = [
+            layer.register_forward_hook(_reflecting(vectors[index], reflection)) for index, layer in enumerate(layers)
+        ]
         try:
             with torch.inference_mode():
                 # Default positions 0..S-1, one sequence, no cache: poc-v2.md section 3.
@@ -82,14 +96,29 @@ class HfPocReference:
         return output.last_hidden_state[0, -1, :]
 
 
-def _reflecting(vector: torch.Tensor) -> Any:
+def _route_in_float32(model: Any, model_dir: Path) -> None:
+    """MiniMax-M2's router as vLLM runs it: the gate's weights and matmul in float32 (vLLM's GateLinear keeps
+    float32 parameters and casts the input), the per-expert bias in float32 as the checkpoint stores it
+    (transformers casts every tensor to the model's dtype on load). Routing picks the top experts, so a bf16 gate
+    would choose other experts on near ties: a difference of the reference, not of the engine under test."""
+    from safetensors import safe_open
+
+    with safe_open(str(model_dir / "model.safetensors"), framework="pt") as checkpoint:
+        for index, layer in enumerate(model.model.layers):
+            layer.mlp.gate.float()
+            layer.mlp.e_score_correction_bias = checkpoint.get_tensor(
+                f"model.layers.{index}.block_sparse_moe.e_score_correction_bias"
+            ).float()
+
+
+def _reflecting(vector: torch.Tensor, reflection: Reflection) -> Any:
     def hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
         # transformers 4.57 returns the stream as a tensor; older versions return a tuple whose first
         # element is the stream. In HF the layer's output IS the whole residual stream (the residual was
         # already added inside the layer), so reflecting it alone is the spec's map.
         if isinstance(output, torch.Tensor):
-            return reflect(output, vector)
-        return (reflect(output[0], vector), *output[1:])
+            return reflection(output, vector)
+        return (reflection(output[0], vector), *output[1:])
 
     return hook
 

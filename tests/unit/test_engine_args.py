@@ -141,10 +141,11 @@ def test_the_environment_is_set_before_the_engine_starts(monkeypatch: pytest.Mon
     )
     monkeypatch.delenv(CPU_BIND_VARIABLE, raising=False)
     args = AsyncEngineArgs(model="/m", structured_outputs_config=StructuredOutputsConfig(backend="xgrammar"))
-    # The instance's device slice is set while its engine processes are spawned, and only then.
+    # The instance's device slice is set while its engine processes are spawned, and only then. PoC off: the
+    # model's architecture is not read (there is no model at /m).
     device_slice = DeviceSlice(1, {CPU_BIND_VARIABLE: "1"})
     started = engine_factory.create_engine(
-        EngineSettings(args, {CPU_KV_CACHE_ENV: "1"}), "calls", "mode", device_slice=device_slice
+        EngineSettings(args, {CPU_KV_CACHE_ENV: "1"}), "calls", "mode", poc_enabled=False, device_slice=device_slice
     )
     assert started == ("llm", "calls", "mode")
     assert seen == {"kv_cache": "1", "slice": "1"}

@@ -13,7 +13,7 @@ import pytest
 
 import engine_ext.engine as engine_module
 from engine_ext.engine import PREPARE_SEQ_LEN, MlnodeEngine, PocForwardUnprepared, full_size_shape
-from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_NON_FINITE, BATCH_OK, PocBatch, PocBatchResult
+from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, PocBatch, PocBatchResult
 
 MAX_TOKENS = 32768
 MAX_SEQS = 256
@@ -65,9 +65,9 @@ def test_a_cpu_compiles_on_a_small_batch() -> None:
     assert [len(batch.nonces) for batch in calls] == [2]
 
 
-def test_a_failed_first_batch_stops_the_start(on_gpu: None) -> None:
-    with pytest.raises(PocForwardUnprepared, match=BATCH_NON_FINITE):
-        asyncio.run(_engine([BATCH_NON_FINITE], []).compile_poc_forward())
+def test_a_first_batch_that_cannot_run_stops_the_start(on_gpu: None) -> None:
+    with pytest.raises(PocForwardUnprepared, match=BATCH_INSUFFICIENT_BLOCKS):
+        asyncio.run(_engine([BATCH_INSUFFICIENT_BLOCKS, BATCH_INSUFFICIENT_BLOCKS], []).compile_poc_forward())
 
 
 @pytest.mark.parametrize(

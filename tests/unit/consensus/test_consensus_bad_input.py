@@ -87,7 +87,7 @@ def test_rotation_step_and_shapes() -> None:
         C.reflect(torch.ones((3, 16)), torch.ones(8))
 
 
-def test_head_batch_shape_and_non_finite_rule() -> None:
+def test_head_batch_shape_and_the_per_nonce_rule() -> None:
     with pytest.raises(ValueError, match=r"\[batch, hidden\]"):
         C.head_vectors(torch.ones(64), BH, PK, [0])
     with pytest.raises(ValueError, match="2 rows but 1 nonces"):
@@ -97,15 +97,29 @@ def test_head_batch_shape_and_non_finite_rule() -> None:
         C.planned_head_vectors(torch.ones((3, 64)), plan)
     with pytest.raises(ValueError, match="32 wide but the head plan was made for 64"):
         C.planned_head_vectors(torch.ones((2, 32)), plan)
-    for bad in (math.nan, math.inf, -math.inf):
-        hidden = torch.randn((3, 64))
-        hidden[2, 17] = bad
-        with pytest.raises(C.NonFiniteBatchError, match="batch rejected"):
-            C.head_vectors(hidden.to(torch.bfloat16), BH, PK, [0, 1, 2])
-        # The unchecked head computes anyway and leaves the rule to its flag.
-        _, finite = C.unchecked_head_vectors(hidden, C.head_plan(BH, PK, [0, 1, 2], 64))
-        with pytest.raises(C.NonFiniteBatchError, match="in a batch of 3: batch rejected"):
-            C.require_finite(finite, 3)
+    # poc-v2-models.md section 5: a nonce whose hidden row is non-finite, or whose vector would be non-finite or all
+    # zero, has no artifact; the other nonces of the batch keep theirs, the same bits as without it.
+    hidden = torch.randn((4, 64), generator=torch.Generator().manual_seed(8))
+    alone = C.head_vectors(hidden[:1], BH, PK, [0])
+    for bad, outcome in (
+        (math.nan, C.HeadOutcome.NON_FINITE_HIDDEN),
+        (math.inf, C.HeadOutcome.NON_FINITE_HIDDEN),
+        (-math.inf, C.HeadOutcome.NON_FINITE_HIDDEN),
+    ):
+        broken = hidden.clone()
+        broken[2, 17] = bad
+        with pytest.raises(C.UncomputedNonceError, match=f"1 of 3 nonces \\(2: {outcome.name}\\)"):
+            C.head_vectors(broken[:3].to(torch.bfloat16), BH, PK, [0, 1, 2])
+        vectors, outcomes = C.unchecked_head_vectors(broken[:3], C.head_plan(BH, PK, [0, 1, 2], 64))
+        assert C.head_outcomes(outcomes) == [C.HeadOutcome.COMPUTED, C.HeadOutcome.COMPUTED, outcome]
+        assert torch.equal(vectors[0], alone[0]) and not vectors[2].any()
+    zero = hidden.clone()
+    zero[1] = 0.0
+    huge = hidden.clone()
+    huge[3] = 3e38  # finite, but its norm overflows float32: every coordinate divides to 0
+    vectors, outcomes = C.unchecked_head_vectors(torch.cat((zero[:2], huge[3:])), C.head_plan(BH, PK, [0, 1, 3], 64))
+    assert C.head_outcomes(outcomes) == [C.HeadOutcome.COMPUTED, C.HeadOutcome.ZERO_VECTOR, C.HeadOutcome.ZERO_VECTOR]
+    assert torch.isfinite(vectors).all() and torch.equal(vectors[0], alone[0])
 
 
 def test_artifact_arguments() -> None:

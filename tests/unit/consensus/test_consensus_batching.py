@@ -137,9 +137,8 @@ def test_a_head_plan_made_beforehand_gives_the_same_bits() -> None:
     assert torch.equal(plan.indices, C.pick_indices(BH, PK, NONCES, 256, 12))
     assert torch.equal(plan.rotations, C.rotation_vectors(BH, PK, NONCES, 12))
     assert torch.equal(C.planned_head_vectors(hidden, plan), C.head_vectors(hidden, BH, PK, NONCES))
-    vectors, finite = C.unchecked_head_vectors(hidden, plan)
-    assert finite.dim() == 0 and bool(finite)
-    C.require_finite(finite, len(NONCES))
+    vectors, outcomes = C.unchecked_head_vectors(hidden, plan)
+    assert outcomes.shape == (len(NONCES),) and C.head_outcomes(outcomes) == [C.HeadOutcome.COMPUTED] * len(NONCES)
     assert torch.equal(vectors, C.head_vectors(hidden, BH, PK, NONCES))
 
 
@@ -183,6 +182,25 @@ def test_reflection_is_a_householder_map() -> None:
     assert C.reflect_(inplace, v) is inplace and torch.equal(inplace, y)
     bf = C.reflect(x.to(torch.bfloat16), v)
     assert bf.dtype == torch.bfloat16 and torch.allclose(bf.float(), y, atol=0.1)
+
+
+def test_reflection_rounds_in_the_deployed_plugins_order() -> None:
+    """poc-v2-models.md section 4.2: p = bf16(x*v); dot = bf16(sum(p)); d2 = bf16(2*dot); t = bf16(d2*v);
+    y = bf16(x - t), written out here step by step in float32 with an explicit rounding after each."""
+
+    def bf16(value: torch.Tensor) -> torch.Tensor:
+        return value.to(torch.bfloat16).to(torch.float32)
+
+    generator = torch.Generator().manual_seed(12)
+    x = (torch.randn((64, 3072), generator=generator) * 4).to(torch.bfloat16)
+    v = C.layer_vector(BH, 7, 3072, dtype=torch.bfloat16)
+    xf, vf = x.float(), v.float()
+    dot = bf16(bf16(xf * vf).sum(dim=-1, keepdim=True))  # float32 accumulation, one rounding
+    expected = bf16(xf - bf16(bf16(2 * dot) * vf))
+    assert torch.equal(C.reflect(x, v).float(), expected)
+    # The order this project used before (a matmul dot, one addcmul) is not it, bit for bit.
+    before = x.clone().addcmul_(torch.matmul(x, v).unsqueeze(-1), v, value=-2.0)
+    assert not torch.equal(before, C.reflect(x, v))
 
 
 def test_pairwise_sum_is_batch_invariant_and_accurate() -> None:

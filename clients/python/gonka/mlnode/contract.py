@@ -24,8 +24,8 @@ from google.protobuf import descriptor_pb2
 import gonka.mlnode.v1
 
 # Written by `make contract`: the previous commit's revision, plus one when the digest changed.
-REVISION = 6
-DIGEST = "sha256:21fecbb74da39207a34f6198e13ae5f9452f60e4f09fb5c6f3b158c3f903c9a2"
+REVISION = 7
+DIGEST = "sha256:e8aad5834689e0342ff68445543cc8cda74d69e3a8db1d9d495e144da4ae36de"
 
 
 def stub_digest() -> str:

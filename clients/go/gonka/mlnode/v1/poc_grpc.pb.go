@@ -88,9 +88,9 @@ type PocServiceClient interface {
 	// INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field: block_hash, public_key, params,
 	// params.seq_len, params.k_dim, batch_size, nonces); FAILED_PRECONDITION (MODEL_MISMATCH, field
 	// params.model).
+	// A nonce whose artifact the model could not produce (non-finite values: ArtifactBatch.nonce_errors)
+	// does not end the stream: its batch's other nonces are delivered.
 	// Errors that can end the stream, before or after some batches (those already sent stand):
-	//   - INTERNAL (NON_FINITE_BATCH): the model produced non-finite values for a batch; none of its
-	//     artifacts is sent (spec section 5).
 	//   - RESOURCE_EXHAUSTED (KV_BLOCKS_EXHAUSTED), with RetryInfo: not even one nonce's KV blocks were
 	//     free after the wait.
 	//   - DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
@@ -273,9 +273,9 @@ type PocServiceServer interface {
 	// INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field: block_hash, public_key, params,
 	// params.seq_len, params.k_dim, batch_size, nonces); FAILED_PRECONDITION (MODEL_MISMATCH, field
 	// params.model).
+	// A nonce whose artifact the model could not produce (non-finite values: ArtifactBatch.nonce_errors)
+	// does not end the stream: its batch's other nonces are delivered.
 	// Errors that can end the stream, before or after some batches (those already sent stand):
-	//   - INTERNAL (NON_FINITE_BATCH): the model produced non-finite values for a batch; none of its
-	//     artifacts is sent (spec section 5).
 	//   - RESOURCE_EXHAUSTED (KV_BLOCKS_EXHAUSTED), with RetryInfo: not even one nonce's KV blocks were
 	//     free after the wait.
 	//   - DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's

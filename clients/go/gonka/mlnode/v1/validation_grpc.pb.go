@@ -48,11 +48,11 @@ type ValidationServiceClient interface {
 	// every instance that serves, side by side, each on KV blocks borrowed from its own engine beside
 	// its live inference; the progress still comes in request order, and a batch whose instance's
 	// engine dies is computed again on another. Malformed or non-finite claimed vectors are mismatches,
-	// not errors; a claim whose nonce this node computes as non-finite counts in n_total but never as a
-	// mismatch (a batch that comes back non-finite is split until the non-finite nonces stand alone, so
-	// that one such nonce hides no other claim). Every claim gets its own entry in a progress message; a
-	// nonce claimed more than once is judged once, counted once in n_total and listed in the summary's
-	// duplicate_nonces.
+	// not errors; a claim whose nonce this node cannot compute (its last hidden state is not finite, or
+	// its vector would not be finite or would be all zero: poc-v2-models.md section 5) counts in n_total
+	// but never as a mismatch, and the other claims of its batch are judged as usual. Every claim gets
+	// its own entry in a progress message; a nonce claimed more than once is judged once, counted once
+	// in n_total and listed in the summary's duplicate_nonces.
 	// Errors before any message:
 	//   - INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field): a missing block_hash,
 	//     public_key, params, stat_test or one of its fields; a stat_test value out of range; no
@@ -60,6 +60,7 @@ type ValidationServiceClient interface {
 	//     callback_url that is not http(s). Nothing about one claim refuses the call.
 	//   - FAILED_PRECONDITION (MODEL_MISMATCH, field params.model): params.model is not the served
 	//     model.
+	//   - FAILED_PRECONDITION (POC_DISABLED): the server runs with PoC off (--poc-forward off).
 	//   - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
 	//
 	// Errors that can end the stream, before or after some progress (then no summary, no callback):
@@ -178,11 +179,11 @@ type ValidationServiceServer interface {
 	// every instance that serves, side by side, each on KV blocks borrowed from its own engine beside
 	// its live inference; the progress still comes in request order, and a batch whose instance's
 	// engine dies is computed again on another. Malformed or non-finite claimed vectors are mismatches,
-	// not errors; a claim whose nonce this node computes as non-finite counts in n_total but never as a
-	// mismatch (a batch that comes back non-finite is split until the non-finite nonces stand alone, so
-	// that one such nonce hides no other claim). Every claim gets its own entry in a progress message; a
-	// nonce claimed more than once is judged once, counted once in n_total and listed in the summary's
-	// duplicate_nonces.
+	// not errors; a claim whose nonce this node cannot compute (its last hidden state is not finite, or
+	// its vector would not be finite or would be all zero: poc-v2-models.md section 5) counts in n_total
+	// but never as a mismatch, and the other claims of its batch are judged as usual. Every claim gets
+	// its own entry in a progress message; a nonce claimed more than once is judged once, counted once
+	// in n_total and listed in the summary's duplicate_nonces.
 	// Errors before any message:
 	//   - INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field): a missing block_hash,
 	//     public_key, params, stat_test or one of its fields; a stat_test value out of range; no
@@ -190,6 +191,7 @@ type ValidationServiceServer interface {
 	//     callback_url that is not http(s). Nothing about one claim refuses the call.
 	//   - FAILED_PRECONDITION (MODEL_MISMATCH, field params.model): params.model is not the served
 	//     model.
+	//   - FAILED_PRECONDITION (POC_DISABLED): the server runs with PoC off (--poc-forward off).
 	//   - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
 	//
 	// Errors that can end the stream, before or after some progress (then no summary, no callback):

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cgonka/mlnode/v1/errors.proto\x12\x0fgonka.mlnode.v1*\xca\x04\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x11\n\rINVALID_FIELD\x10\x01\x12\x1b\n\x17TOKEN_OUT_OF_VOCABULARY\x10\x02\x12\x1b\n\x17\x43ONTEXT_LENGTH_EXCEEDED\x10\x03\x12\x16\n\x12INVALID_CONSTRAINT\x10\x04\x12\x18\n\x14\x44UPLICATE_REQUEST_ID\x10\x05\x12\x15\n\x11REQUEST_NOT_FOUND\x10\x06\x12\x11\n\rSHUTTING_DOWN\x10\x07\x12\x0f\n\x0b\x45NGINE_DEAD\x10\x08\x12\x12\n\x0eINTERNAL_ERROR\x10\t\x12\x13\n\x0fPROMPT_TOO_LONG\x10\n\x12\x15\n\x11MALFORMED_REQUEST\x10\x0b\x12\x17\n\x13\x45NGINE_CALL_TIMEOUT\x10\x0c\x12\x11\n\rENGINE_PAUSED\x10\r\x12\x13\n\x0fPOC_IN_PROGRESS\x10\x0e\x12\x11\n\rPOC_PREEMPTED\x10\x0f\x12\x12\n\x0eMODEL_MISMATCH\x10\x10\x12\x19\n\x15ROUND_ALREADY_RUNNING\x10\x11\x12\x13\n\x0fROUND_NOT_FOUND\x10\x12\x12\x17\n\x13\x41UTH_TOKEN_REQUIRED\x10\x13\x12\x16\n\x12\x41UTH_TOKEN_INVALID\x10\x14\x12\x14\n\x10TOO_MANY_STREAMS\x10\x15\x12\x14\n\x10NON_FINITE_BATCH\x10\x16\x12\x17\n\x13KV_BLOCKS_EXHAUSTED\x10\x17\x12\x15\n\x11REPLAY_INCOMPLETE\x10\x18\x42\x45ZCgithub.com/gonka-ai/mlnode-grpc/clients/go/gonka/mlnode/v1;mlnodev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cgonka/mlnode/v1/errors.proto\x12\x0fgonka.mlnode.v1*\xdc\x04\n\x0b\x45rrorReason\x12\x1c\n\x18\x45RROR_REASON_UNSPECIFIED\x10\x00\x12\x11\n\rINVALID_FIELD\x10\x01\x12\x1b\n\x17TOKEN_OUT_OF_VOCABULARY\x10\x02\x12\x1b\n\x17\x43ONTEXT_LENGTH_EXCEEDED\x10\x03\x12\x16\n\x12INVALID_CONSTRAINT\x10\x04\x12\x18\n\x14\x44UPLICATE_REQUEST_ID\x10\x05\x12\x15\n\x11REQUEST_NOT_FOUND\x10\x06\x12\x11\n\rSHUTTING_DOWN\x10\x07\x12\x0f\n\x0b\x45NGINE_DEAD\x10\x08\x12\x12\n\x0eINTERNAL_ERROR\x10\t\x12\x13\n\x0fPROMPT_TOO_LONG\x10\n\x12\x15\n\x11MALFORMED_REQUEST\x10\x0b\x12\x17\n\x13\x45NGINE_CALL_TIMEOUT\x10\x0c\x12\x11\n\rENGINE_PAUSED\x10\r\x12\x13\n\x0fPOC_IN_PROGRESS\x10\x0e\x12\x11\n\rPOC_PREEMPTED\x10\x0f\x12\x12\n\x0eMODEL_MISMATCH\x10\x10\x12\x19\n\x15ROUND_ALREADY_RUNNING\x10\x11\x12\x13\n\x0fROUND_NOT_FOUND\x10\x12\x12\x17\n\x13\x41UTH_TOKEN_REQUIRED\x10\x13\x12\x16\n\x12\x41UTH_TOKEN_INVALID\x10\x14\x12\x14\n\x10TOO_MANY_STREAMS\x10\x15\x12\x14\n\x10NON_FINITE_BATCH\x10\x16\x12\x17\n\x13KV_BLOCKS_EXHAUSTED\x10\x17\x12\x15\n\x11REPLAY_INCOMPLETE\x10\x18\x12\x10\n\x0cPOC_DISABLED\x10\x19\x42\x45ZCgithub.com/gonka-ai/mlnode-grpc/clients/go/gonka/mlnode/v1;mlnodev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,5 +33,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'ZCgithub.com/gonka-ai/mlnode-grpc/clients/go/gonka/mlnode/v1;mlnodev1'
   _globals['_ERRORREASON']._serialized_start=50
-  _globals['_ERRORREASON']._serialized_end=636
+  _globals['_ERRORREASON']._serialized_end=654
 # @@protoc_insertion_point(module_scope)

@@ -31,6 +31,7 @@ class ErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     NON_FINITE_BATCH: _ClassVar[ErrorReason]
     KV_BLOCKS_EXHAUSTED: _ClassVar[ErrorReason]
     REPLAY_INCOMPLETE: _ClassVar[ErrorReason]
+    POC_DISABLED: _ClassVar[ErrorReason]
 ERROR_REASON_UNSPECIFIED: ErrorReason
 INVALID_FIELD: ErrorReason
 TOKEN_OUT_OF_VOCABULARY: ErrorReason
@@ -56,3 +57,4 @@ TOO_MANY_STREAMS: ErrorReason
 NON_FINITE_BATCH: ErrorReason
 KV_BLOCKS_EXHAUSTED: ErrorReason
 REPLAY_INCOMPLETE: ErrorReason
+POC_DISABLED: ErrorReason

@@ -15,6 +15,13 @@ class RoundState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROUND_STATE_STOPPED: _ClassVar[RoundState]
     ROUND_STATE_FAILED: _ClassVar[RoundState]
 
+class NonceErrorReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    NONCE_ERROR_REASON_UNSPECIFIED: _ClassVar[NonceErrorReason]
+    NONCE_ERROR_REASON_NON_FINITE_HIDDEN: _ClassVar[NonceErrorReason]
+    NONCE_ERROR_REASON_NON_FINITE_VECTOR: _ClassVar[NonceErrorReason]
+    NONCE_ERROR_REASON_ZERO_VECTOR: _ClassVar[NonceErrorReason]
+
 class SubscriptionEndReason(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = ()
     SUBSCRIPTION_END_REASON_UNSPECIFIED: _ClassVar[SubscriptionEndReason]
@@ -26,6 +33,10 @@ ROUND_STATE_GENERATING: RoundState
 ROUND_STATE_STOPPING: RoundState
 ROUND_STATE_STOPPED: RoundState
 ROUND_STATE_FAILED: RoundState
+NONCE_ERROR_REASON_UNSPECIFIED: NonceErrorReason
+NONCE_ERROR_REASON_NON_FINITE_HIDDEN: NonceErrorReason
+NONCE_ERROR_REASON_NON_FINITE_VECTOR: NonceErrorReason
+NONCE_ERROR_REASON_ZERO_VECTOR: NonceErrorReason
 SUBSCRIPTION_END_REASON_UNSPECIFIED: SubscriptionEndReason
 SUBSCRIPTION_END_REASON_ROUND_STOPPED: SubscriptionEndReason
 SUBSCRIPTION_END_REASON_ROUND_FAILED: SubscriptionEndReason
@@ -98,7 +109,7 @@ class GetRoundStatusResponse(_message.Message):
     def __init__(self, status: _Optional[_Union[RoundStatus, _Mapping]] = ...) -> None: ...
 
 class RoundStatus(_message.Message):
-    __slots__ = ("round_id", "state", "parameters", "nonces_produced", "nonces_per_second_last_minute", "nonces_per_second_round", "last_sequence", "rejected_batches", "seconds_outside_forward_per_batch", "forward_seconds_per_batch", "seconds_to_first_batch", "started_at_unix", "failure", "callback", "preempted_streams", "kv_blocks_note", "seconds_stop_to_last_forward", "groups")
+    __slots__ = ("round_id", "state", "parameters", "nonces_produced", "nonces_per_second_last_minute", "nonces_per_second_round", "last_sequence", "rejected_batches", "seconds_outside_forward_per_batch", "forward_seconds_per_batch", "seconds_to_first_batch", "started_at_unix", "failure", "callback", "preempted_streams", "kv_blocks_note", "seconds_stop_to_last_forward", "groups", "nonces_failed")
     ROUND_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
@@ -117,6 +128,7 @@ class RoundStatus(_message.Message):
     KV_BLOCKS_NOTE_FIELD_NUMBER: _ClassVar[int]
     SECONDS_STOP_TO_LAST_FORWARD_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    NONCES_FAILED_FIELD_NUMBER: _ClassVar[int]
     round_id: str
     state: RoundState
     parameters: StartRoundRequest
@@ -135,7 +147,8 @@ class RoundStatus(_message.Message):
     kv_blocks_note: str
     seconds_stop_to_last_forward: float
     groups: _containers.RepeatedCompositeFieldContainer[GroupStatus]
-    def __init__(self, round_id: _Optional[str] = ..., state: _Optional[_Union[RoundState, str]] = ..., parameters: _Optional[_Union[StartRoundRequest, _Mapping]] = ..., nonces_produced: _Optional[int] = ..., nonces_per_second_last_minute: _Optional[float] = ..., nonces_per_second_round: _Optional[float] = ..., last_sequence: _Optional[int] = ..., rejected_batches: _Optional[int] = ..., seconds_outside_forward_per_batch: _Optional[float] = ..., forward_seconds_per_batch: _Optional[float] = ..., seconds_to_first_batch: _Optional[float] = ..., started_at_unix: _Optional[float] = ..., failure: _Optional[str] = ..., callback: _Optional[_Union[CallbackCounts, _Mapping]] = ..., preempted_streams: _Optional[int] = ..., kv_blocks_note: _Optional[str] = ..., seconds_stop_to_last_forward: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupStatus, _Mapping]]] = ...) -> None: ...
+    nonces_failed: int
+    def __init__(self, round_id: _Optional[str] = ..., state: _Optional[_Union[RoundState, str]] = ..., parameters: _Optional[_Union[StartRoundRequest, _Mapping]] = ..., nonces_produced: _Optional[int] = ..., nonces_per_second_last_minute: _Optional[float] = ..., nonces_per_second_round: _Optional[float] = ..., last_sequence: _Optional[int] = ..., rejected_batches: _Optional[int] = ..., seconds_outside_forward_per_batch: _Optional[float] = ..., forward_seconds_per_batch: _Optional[float] = ..., seconds_to_first_batch: _Optional[float] = ..., started_at_unix: _Optional[float] = ..., failure: _Optional[str] = ..., callback: _Optional[_Union[CallbackCounts, _Mapping]] = ..., preempted_streams: _Optional[int] = ..., kv_blocks_note: _Optional[str] = ..., seconds_stop_to_last_forward: _Optional[float] = ..., groups: _Optional[_Iterable[_Union[GroupStatus, _Mapping]]] = ..., nonces_failed: _Optional[int] = ...) -> None: ...
 
 class GroupStatus(_message.Message):
     __slots__ = ("group_id", "instance", "state", "nonces_produced", "failure")
@@ -166,20 +179,32 @@ class CallbackCounts(_message.Message):
     def __init__(self, delivered: _Optional[int] = ..., pending: _Optional[int] = ..., spooled: _Optional[int] = ..., given_up: _Optional[int] = ..., failed_attempts: _Optional[int] = ...) -> None: ...
 
 class ArtifactBatch(_message.Message):
-    __slots__ = ("sequence", "nonces", "vectors", "k_dim", "group_id", "instance")
+    __slots__ = ("sequence", "nonces", "vectors", "k_dim", "group_id", "instance", "nonce_errors")
     SEQUENCE_FIELD_NUMBER: _ClassVar[int]
     NONCES_FIELD_NUMBER: _ClassVar[int]
     VECTORS_FIELD_NUMBER: _ClassVar[int]
     K_DIM_FIELD_NUMBER: _ClassVar[int]
     GROUP_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    NONCE_ERRORS_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     nonces: _containers.RepeatedScalarFieldContainer[int]
     vectors: bytes
     k_dim: int
     group_id: int
     instance: int
-    def __init__(self, sequence: _Optional[int] = ..., nonces: _Optional[_Iterable[int]] = ..., vectors: _Optional[bytes] = ..., k_dim: _Optional[int] = ..., group_id: _Optional[int] = ..., instance: _Optional[int] = ...) -> None: ...
+    nonce_errors: _containers.RepeatedCompositeFieldContainer[NonceError]
+    def __init__(self, sequence: _Optional[int] = ..., nonces: _Optional[_Iterable[int]] = ..., vectors: _Optional[bytes] = ..., k_dim: _Optional[int] = ..., group_id: _Optional[int] = ..., instance: _Optional[int] = ..., nonce_errors: _Optional[_Iterable[_Union[NonceError, _Mapping]]] = ...) -> None: ...
+
+class NonceError(_message.Message):
+    __slots__ = ("nonce", "reason", "detail")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    nonce: int
+    reason: NonceErrorReason
+    detail: str
+    def __init__(self, nonce: _Optional[int] = ..., reason: _Optional[_Union[NonceErrorReason, str]] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class SubscribeArtifactsRequest(_message.Message):
     __slots__ = ("round_id", "after_sequence")

@@ -36,6 +36,9 @@ class PocServiceStub(object):
     UNAVAILABLE reason POC_PREEMPTED, and the inference service's health is NOT_SERVING. This
     service, ValidatePocArtifacts, health, reflection and GetServerStatus stay available throughout.
 
+    A server started with PoC off (--poc-forward off, for a model the PoC forward has no decoder for)
+    refuses every RPC of this service with FAILED_PRECONDITION (POC_DISABLED), before anything else.
+
     Errors carry google.rpc.Status details as InferenceService describes (ErrorInfo with an
     ErrorReason name from errors.proto, BadRequest naming the field for bad input, RetryInfo where
     retrying helps). Every RPC of this service can return:
@@ -94,6 +97,9 @@ class PocServiceServicer(object):
     --poc-retry-after-s, default 5 s), streams of theirs in flight when it starts end with
     UNAVAILABLE reason POC_PREEMPTED, and the inference service's health is NOT_SERVING. This
     service, ValidatePocArtifacts, health, reflection and GetServerStatus stay available throughout.
+
+    A server started with PoC off (--poc-forward off, for a model the PoC forward has no decoder for)
+    refuses every RPC of this service with FAILED_PRECONDITION (POC_DISABLED), before anything else.
 
     Errors carry google.rpc.Status details as InferenceService describes (ErrorInfo with an
     ErrorReason name from errors.proto, BadRequest naming the field for bad input, RetryInfo where
@@ -202,9 +208,9 @@ class PocServiceServicer(object):
         INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field: block_hash, public_key, params,
         params.seq_len, params.k_dim, batch_size, nonces); FAILED_PRECONDITION (MODEL_MISMATCH, field
         params.model).
+        A nonce whose artifact the model could not produce (non-finite values: ArtifactBatch.nonce_errors)
+        does not end the stream: its batch's other nonces are delivered.
         Errors that can end the stream, before or after some batches (those already sent stand):
-        - INTERNAL (NON_FINITE_BATCH): the model produced non-finite values for a batch; none of its
-        artifacts is sent (spec section 5).
         - RESOURCE_EXHAUSTED (KV_BLOCKS_EXHAUSTED), with RetryInfo: not even one nonce's KV blocks were
         free after the wait.
         - DEADLINE_EXCEEDED (ENGINE_CALL_TIMEOUT): the engine did not answer within the server's
@@ -261,6 +267,9 @@ class PocService(object):
     --poc-retry-after-s, default 5 s), streams of theirs in flight when it starts end with
     UNAVAILABLE reason POC_PREEMPTED, and the inference service's health is NOT_SERVING. This
     service, ValidatePocArtifacts, health, reflection and GetServerStatus stay available throughout.
+
+    A server started with PoC off (--poc-forward off, for a model the PoC forward has no decoder for)
+    refuses every RPC of this service with FAILED_PRECONDITION (POC_DISABLED), before anything else.
 
     Errors carry google.rpc.Status details as InferenceService describes (ErrorInfo with an
     ErrorReason name from errors.proto, BadRequest naming the field for bad input, RetryInfo where

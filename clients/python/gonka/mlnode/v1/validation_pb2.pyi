@@ -182,18 +182,20 @@ class ValidatePocArtifactsResponse(_message.Message):
     def __init__(self, progress: _Optional[_Union[PocValidationProgress, _Mapping]] = ..., summary: _Optional[_Union[PocValidationSummary, _Mapping]] = ...) -> None: ...
 
 class PocValidationProgress(_message.Message):
-    __slots__ = ("nonces", "distances", "mismatches", "nonces_checked", "mismatches_so_far")
+    __slots__ = ("nonces", "distances", "mismatches", "nonces_checked", "mismatches_so_far", "computed")
     NONCES_FIELD_NUMBER: _ClassVar[int]
     DISTANCES_FIELD_NUMBER: _ClassVar[int]
     MISMATCHES_FIELD_NUMBER: _ClassVar[int]
     NONCES_CHECKED_FIELD_NUMBER: _ClassVar[int]
     MISMATCHES_SO_FAR_FIELD_NUMBER: _ClassVar[int]
+    COMPUTED_FIELD_NUMBER: _ClassVar[int]
     nonces: _containers.RepeatedScalarFieldContainer[int]
     distances: _containers.RepeatedScalarFieldContainer[float]
     mismatches: _containers.RepeatedScalarFieldContainer[bool]
     nonces_checked: int
     mismatches_so_far: int
-    def __init__(self, nonces: _Optional[_Iterable[int]] = ..., distances: _Optional[_Iterable[float]] = ..., mismatches: _Optional[_Iterable[bool]] = ..., nonces_checked: _Optional[int] = ..., mismatches_so_far: _Optional[int] = ...) -> None: ...
+    computed: _containers.RepeatedScalarFieldContainer[bool]
+    def __init__(self, nonces: _Optional[_Iterable[int]] = ..., distances: _Optional[_Iterable[float]] = ..., mismatches: _Optional[_Iterable[bool]] = ..., nonces_checked: _Optional[int] = ..., mismatches_so_far: _Optional[int] = ..., computed: _Optional[_Iterable[bool]] = ...) -> None: ...
 
 class PocValidationSummary(_message.Message):
     __slots__ = ("n_total", "n_mismatch", "mismatch_nonces", "p_value", "fraud_detected", "kv_blocks_note", "duplicate_nonces", "n_not_computable")

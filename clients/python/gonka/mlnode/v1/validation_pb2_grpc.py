@@ -115,11 +115,11 @@ class ValidationServiceServicer(object):
         every instance that serves, side by side, each on KV blocks borrowed from its own engine beside
         its live inference; the progress still comes in request order, and a batch whose instance's
         engine dies is computed again on another. Malformed or non-finite claimed vectors are mismatches,
-        not errors; a claim whose nonce this node computes as non-finite counts in n_total but never as a
-        mismatch (a batch that comes back non-finite is split until the non-finite nonces stand alone, so
-        that one such nonce hides no other claim). Every claim gets its own entry in a progress message; a
-        nonce claimed more than once is judged once, counted once in n_total and listed in the summary's
-        duplicate_nonces.
+        not errors; a claim whose nonce this node cannot compute (its last hidden state is not finite, or
+        its vector would not be finite or would be all zero: poc-v2-models.md section 5) counts in n_total
+        but never as a mismatch, and the other claims of its batch are judged as usual. Every claim gets
+        its own entry in a progress message; a nonce claimed more than once is judged once, counted once
+        in n_total and listed in the summary's duplicate_nonces.
         Errors before any message:
         - INVALID_ARGUMENT (INVALID_FIELD, BadRequest naming the field): a missing block_hash,
         public_key, params, stat_test or one of its fields; a stat_test value out of range; no
@@ -127,6 +127,7 @@ class ValidationServiceServicer(object):
         callback_url that is not http(s). Nothing about one claim refuses the call.
         - FAILED_PRECONDITION (MODEL_MISMATCH, field params.model): params.model is not the served
         model.
+        - FAILED_PRECONDITION (POC_DISABLED): the server runs with PoC off (--poc-forward off).
         - UNAVAILABLE (SHUTTING_DOWN), with RetryInfo: the server is stopping.
         Errors that can end the stream, before or after some progress (then no summary, no callback):
         - RESOURCE_EXHAUSTED (KV_BLOCKS_EXHAUSTED), with RetryInfo: not even one nonce's KV blocks were

@@ -1,0 +1,107 @@
+"""The compiled PoC forward: each step of the layer stack (engine_ext.poc.layer_stack) compiled by torch.compile
+(inductor) once per layer kind and reused across the layers, rather than the whole stack unrolled into one graph.
+
+One graph of a 36-layer stack took about 100 s to compile on a fresh H200 (dynamo traces every layer, inductor
+generates and tunes kernels for all of them); the layers of a kind are the same code on weights of the same shapes,
+so their graph is the same. The step is compiled with the layer module as an argument: dynamo lifts its parameters
+and buffers as graph inputs (no weight is baked into a graph) and vLLM 0.25+ on torch 2.11+ passes every layer name
+its custom ops take (attention, MoE) as a hoisted opaque input too, so layer i+1 runs layer i's graph on its own
+weights, KV cache and experts. Dynamo's own guards decide what "a kind" is: they check the module's type and every
+Python value the trace read from it (epsilons, head counts, a sliding window...), so a layer that differs in any of
+them gets a graph of its own rather than a wrong one; the first layer (no residual yet) and the last (the rows the
+head reads, the final norm) have theirs. A dense or MoE stack of any depth thus compiles three graphs.
+
+The token count is dynamic (marked on every token-major input of every call), so one set of graphs serves every
+batch shape; everything else (hidden size, heads, experts) is a constant the kernels are specialized for. The
+graphs are counted and their compile time summed, for the start-up log and the benchmarks.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from engine_ext.poc.decoders import PocDecoder, StreamState
+from engine_ext.poc.layer_stack import reflected_last_layer, reflected_layer, run_stack
+
+
+class CountingInductor:
+    """torch.compile's default backend (inductor), counting the graphs it compiles and the seconds that took."""
+
+    def __init__(self) -> None:
+        self.graphs = 0
+        self.seconds = 0.0
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        from torch._inductor.compile_fx import compile_fx
+
+        started = time.perf_counter()
+        compiled = compile_fx(graph, example_inputs)
+        self.graphs += 1
+        self.seconds += time.perf_counter() - started
+        return compiled
+
+
+class CompiledLayers:
+    """The layer stack with its two steps compiled (one graph per layer kind), for one model in one process."""
+
+    def __init__(self) -> None:
+        self.backend = CountingInductor()
+        self._step = torch.compile(reflected_layer, backend=self.backend, dynamic=False)
+        self._last_step = torch.compile(reflected_last_layer, backend=self.backend, dynamic=False)
+
+    def __call__(
+        self,
+        decoder: PocDecoder,
+        positions: torch.Tensor,
+        inputs_embeds: torch.Tensor,
+        input_ids: torch.Tensor | None,
+        vectors: torch.Tensor,
+        rows: torch.Tensor,
+    ) -> torch.Tensor:
+        """[len(rows), H], as layer_stack.run_stack."""
+        return run_stack(decoder, positions, inputs_embeds, input_ids, vectors, rows, self.step, self.last_step)
+
+    def step(
+        self,
+        decoder: PocDecoder,
+        layer: Any,
+        positions: torch.Tensor,
+        input_ids: torch.Tensor | None,
+        state: StreamState,
+        vector: torch.Tensor,
+    ) -> StreamState:
+        mark_token_dimension(positions, input_ids, *state)
+        return self._step(decoder, layer, positions, input_ids, state, vector)
+
+    def last_step(
+        self,
+        decoder: PocDecoder,
+        layer: Any,
+        positions: torch.Tensor,
+        input_ids: torch.Tensor | None,
+        state: StreamState,
+        vector: torch.Tensor,
+        rows: torch.Tensor,
+    ) -> torch.Tensor:
+        mark_token_dimension(positions, input_ids, rows, *state)
+        return self._last_step(decoder, layer, positions, input_ids, state, vector, rows)
+
+    @property
+    def graphs(self) -> int:
+        return self.backend.graphs
+
+    @property
+    def compile_seconds(self) -> float:
+        return self.backend.seconds
+
+
+def mark_token_dimension(*tensors: torch.Tensor | None) -> None:
+    """Dimension 0 (tokens, or the kept rows) of each tensor is dynamic for dynamo: one graph for every batch shape
+    (a size of 1, which dynamo specializes, gets a graph of its own). Each step's inputs are the previous step's
+    outputs, new tensors every call, so they are marked at every call."""
+    for tensor in tensors:
+        if tensor is not None:
+            torch._dynamo.maybe_mark_dynamic(tensor, 0)
