@@ -4,12 +4,14 @@
 One graph of a 36-layer stack took about 100 s to compile on a fresh H200 (dynamo traces every layer, inductor
 generates and tunes kernels for all of them); the layers of a kind are the same code on weights of the same shapes,
 so their graph is the same. The step is compiled with the layer module as an argument: dynamo lifts its parameters
-and buffers as graph inputs (no weight is baked into a graph) and vLLM 0.25+ on torch 2.11+ passes every layer name
-its custom ops take (attention, MoE) as a hoisted opaque input too, so layer i+1 runs layer i's graph on its own
-weights, KV cache and experts. Dynamo's own guards decide what "a kind" is: they check the module's type and every
-Python value the trace read from it (epsilons, head counts, a sliding window...), so a layer that differs in any of
-them gets a graph of its own rather than a wrong one; the first layer (no residual yet) and the last (the rows the
-head reads, the final norm) have theirs. A dense or MoE stack of any depth thus compiles three graphs.
+and buffers as graph inputs, so no weight is baked into a graph. vLLM's attention and MoE modules reach their
+custom op by their layer's name, which a trace would bake in: they run outside the graphs, reading their own name
+(engine_ext.seams.name_keyed_ops), so layer i+1 runs layer i's graphs on its own weights, KV cache and experts.
+Dynamo's own guards decide what "a kind" is: they check each module's type and every Python value the trace read
+from it (epsilons, head counts, a sliding window...), so a layer that differs in any of them gets graphs of its own
+rather than wrong ones; the first layer (no residual yet) and the last (the rows the head reads, the final norm)
+have theirs. The graphs of a kind are its pieces between the name-keyed modules (before the attention, between it
+and the experts, after them): a dense or MoE stack of any depth compiles the same few.
 
 The token count is dynamic (marked on every token-major input of every call), so one set of graphs serves every
 batch shape; everything else (hidden size, heads, experts) is a constant the kernels are specialized for. The
@@ -25,6 +27,7 @@ import torch
 
 from engine_ext.poc.decoders import PocDecoder, StreamState
 from engine_ext.poc.layer_stack import reflected_last_layer, reflected_layer, run_stack
+from engine_ext.seams.name_keyed_ops import NameKeyedModules
 
 
 class CountingInductor:
@@ -51,6 +54,7 @@ class CompiledLayers:
         self.backend = CountingInductor()
         self._step = torch.compile(reflected_layer, backend=self.backend, dynamic=False)
         self._last_step = torch.compile(reflected_last_layer, backend=self.backend, dynamic=False)
+        self._name_keyed: NameKeyedModules | None = None
 
     def __call__(
         self,
@@ -62,7 +66,10 @@ class CompiledLayers:
         rows: torch.Tensor,
     ) -> torch.Tensor:
         """[len(rows), H], as layer_stack.run_stack."""
-        return run_stack(decoder, positions, inputs_embeds, input_ids, vectors, rows, self.step, self.last_step)
+        if self._name_keyed is None:
+            self._name_keyed = NameKeyedModules(decoder.layers)
+        with self._name_keyed.run_eagerly():
+            return run_stack(decoder, positions, inputs_embeds, input_ids, vectors, rows, self.step, self.last_step)
 
     def step(
         self,

@@ -169,10 +169,49 @@ MINIMAX_M2_TINY = ArchitectureVariant(
         }
     ),
 )
+# MiniMax-M2.7 as served (poc-v2-models.md section 7.1: 62 layers, H 3072, vocabulary 200 064, 48 query heads on 8 KV
+# heads of 128 with partial rotary 64 and per-layer q/k norms, 256 experts of which 8 run per token, routed by a
+# sigmoid with a bias; the expert width 1536 and the rest are MiniMax-M2's config, which the spec assumes unchanged),
+# 8 layers deep to fit one GPU, in the checkpoint's FP8 (128 x 128 weight blocks, dynamic activation scales; the
+# router, its bias and the output head unquantized). The benchmarks scale its figures to the full 62 layers.
+MINIMAX_M27_SHAPE = ShapeVariant(
+    "minimax-m2.7-shape-8-layers",
+    MODELS_DIR / "minimax-m2.7-shape-8-layers",
+    MappingProxyType(
+        {
+            **MINIMAX_M2_TINY.config,
+            "hidden_size": 3072,
+            "intermediate_size": 1536,
+            "num_hidden_layers": 8,
+            "num_attention_heads": 48,
+            "num_key_value_heads": 8,
+            "head_dim": 128,
+            "rotary_dim": 64,
+            "num_local_experts": 256,
+            "num_experts_per_tok": 8,
+            "max_position_embeddings": 196608,
+            "quantization_config": {
+                "quant_method": "fp8",
+                "fmt": "float8_e4m3fn",
+                "activation_scheme": "dynamic",
+                "weight_block_size": (128, 128),
+                "modules_to_not_convert": ("gate", "e_score_correction_bias", "lm_head"),
+            },
+        }
+    ),
+)
 VARIANTS: Mapping[str, Variant | ArchitectureVariant | ShapeVariant] = MappingProxyType(
     {
         v.name: v
-        for v in (DEFAULT_VARIANT, PEAKED_VARIANT, DEEP_VARIANT, MINIMAX_M2_TINY, QWEN3_8B_SHAPE, QWEN3_30B_A3B_SHAPE)
+        for v in (
+            DEFAULT_VARIANT,
+            PEAKED_VARIANT,
+            DEEP_VARIANT,
+            MINIMAX_M2_TINY,
+            QWEN3_8B_SHAPE,
+            QWEN3_30B_A3B_SHAPE,
+            MINIMAX_M27_SHAPE,
+        )
     }
 )
 DEFAULT_MODEL_DIR = DEFAULT_VARIANT.directory
