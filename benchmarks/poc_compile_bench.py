@@ -126,6 +126,8 @@ def main() -> int:
         # A fresh host: inductor compiles every graph instead of reading a previous run's.
         os.environ["TORCHINDUCTOR_FX_GRAPH_CACHE"] = "0"
         os.environ["TORCHINDUCTOR_AUTOGRAD_CACHE"] = "0"
+        # vLLM's own compile cache saves inductor's artifacts, which the two settings above make unserializable.
+        os.environ["VLLM_DISABLE_COMPILE_CACHE"] = "1"
         args.out.write_text(json.dumps(run_scheme(args)))
         return 0
     results = {}
