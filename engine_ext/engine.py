@@ -235,32 +235,43 @@ class MlnodeEngine:
         tunes each generated kernel's launch configuration on the first call and keeps it for every later
         size, so a small first batch leaves full-size batches on configurations chosen for a few tokens
         (vLLM's own graph is first called by its profile run, at full size too). Where too few KV blocks
-        are free for that, a small batch compiles it. A CPU tunes nothing at run time: a small batch. Returns the
-        compiling batch's result (its graph count and compile seconds)."""
-        result = await self._prepare_call(small=current_platform.is_cpu())
+        are free for that, a small batch compiles it. A CPU tunes nothing at run time: a small batch.
+
+        A second batch of one nonce fewer follows: the pieces of the compiled forward between vLLM's name-keyed
+        modules (engine_ext.seams.name_keyed_ops) start with a static token count, which dynamo makes dynamic at
+        the first other size, so that recompile happens here rather than in a round. Returns the second batch's
+        result (the graph count and compile seconds of both)."""
+        small = current_platform.is_cpu()
+        result = await self._prepare_call(small)
         if result.status == BATCH_INSUFFICIENT_BLOCKS:
             log.warning(
                 "compiling the PoC forward on a small batch: %d KV blocks free, %d needed for a full-size one",
                 result.free_blocks,
                 result.needed_blocks,
             )
-            result = await self._prepare_call(small=True)
+            small = True
+            result = await self._prepare_call(small)
+        if result.status == BATCH_OK:
+            result = await self._prepare_call(small, one_nonce_fewer=True)
         if result.status != BATCH_OK:
             raise PocForwardUnprepared(
-                f"the compiled PoC forward's first batch came back {result.status}: {result.detail}"
+                f"the compiled PoC forward's first batches came back {result.status}: {result.detail}"
             )
         return result
 
-    async def _prepare_call(self, small: bool) -> PocBatchResult:
+    async def _prepare_call(self, small: bool, one_nonce_fewer: bool = False) -> PocBatchResult:
         config = self._llm.vllm_config
         scheduler = config.scheduler_config
         nonces, seq_len = (
-            (2, PREPARE_SEQ_LEN)
+            (3, PREPARE_SEQ_LEN)
             if small
             else full_size_shape(
                 scheduler.max_num_batched_tokens, scheduler.max_num_seqs, config.model_config.max_model_len
             )
         )
+        if one_nonce_fewer:
+            # Never one nonce: dynamo specializes a size of 1 rather than making the size dynamic.
+            nonces = max(2, nonces - 1)
         batch = PocBatch(PREPARE_BLOCK_HASH, PREPARE_PUBLIC_KEY, tuple(range(nonces)), seq_len, PREPARE_K_DIM, False)
         try:
             return PocBatchResult.from_wire(await self._poc_call(batch))

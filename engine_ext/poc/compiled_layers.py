@@ -13,9 +13,13 @@ rather than wrong ones; the first layer (no residual yet) and the last (the rows
 have theirs. The graphs of a kind are its pieces between the name-keyed modules (before the attention, between it
 and the experts, after them): a dense or MoE stack of any depth compiles the same few.
 
-The token count is dynamic (marked on every token-major input of every call), so one set of graphs serves every
-batch shape; everything else (hidden size, heads, experts) is a constant the kernels are specialized for. The
-graphs are counted and their compile time summed, for the start-up log and the benchmarks.
+The token count is dynamic, so one set of graphs serves every batch shape; everything else (hidden size, heads,
+experts) is a constant the kernels are specialized for. Each step's token-major inputs are marked dynamic at every
+call; the pieces after a graph break start from tensors nobody marks, so they compile for one token count first and
+dynamo's automatic dynamic shapes (hence `dynamic=None`, not False, which would recompile them for every batch size
+until the recompile limit sent them to eager) make it dynamic at the first other count: the server runs its second
+start-up batch at another size for that (MlnodeEngine.compile_poc_forward). The graphs are counted and their compile
+time summed, for the start-up log and the benchmarks.
 """
 
 from __future__ import annotations
@@ -52,8 +56,8 @@ class CompiledLayers:
 
     def __init__(self) -> None:
         self.backend = CountingInductor()
-        self._step = torch.compile(reflected_layer, backend=self.backend, dynamic=False)
-        self._last_step = torch.compile(reflected_last_layer, backend=self.backend, dynamic=False)
+        self._step = torch.compile(reflected_layer, backend=self.backend, dynamic=None)
+        self._last_step = torch.compile(reflected_last_layer, backend=self.backend, dynamic=None)
         self._name_keyed: NameKeyedModules | None = None
 
     def __call__(
