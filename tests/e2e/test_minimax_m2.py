@@ -107,8 +107,8 @@ def one_batch(
 def test_the_server_runs_the_minimax_decoder_compiled(minimax: ServerProcess, client: InferenceClient) -> None:
     log = minimax.log_path.read_text(errors="replace")
     assert "PoC forward: ResidualPairDecoder on MiniMaxM2ForCausalLM" in log
-    # One graph for the first layer, one shared by the middle ones, one for the last: three for any depth.
-    assert "PoC forward compiled in" in log and "(3 graphs," in log, log[-3000:]
+    # The layers share their graphs: dynamo never reached its recompile limit (which would leave layers eager).
+    assert "PoC forward compiled in" in log and "recompile_limit" not in log, log[-3000:]
     assert client.model_info().vocab_size == MINIMAX_M2_TINY.config["vocab_size"]
 
 
