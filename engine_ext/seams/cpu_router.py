@@ -18,13 +18,14 @@ on a CPU host (vLLM ships no CPU test of the model).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from types import ModuleType
 from typing import Any
 
 import torch
 
-from engine_ext.seams.common import SEAM_MARK, mark
+from engine_ext.seams.common import SEAM_MARK, mark, marks_on
 
 CPU_SIGMOID_ROUTING = "cpu_sigmoid_bias_routing"
 CPU_FLOAT32_GEMM_INPUT = "cpu_float32_gemm_input"
@@ -105,3 +106,23 @@ def _float32_input(linear: Any) -> Any:
         return linear(x.to(torch.float32), weight, bias)
 
     return cpu_linear
+
+
+# Where vLLM's CPU linear layers choose their GEMM (seam cpu_float32_gemm_input), the same on every supported release.
+LAYER_UTILS = "vllm.model_executor.layers.utils"
+
+
+def install_cpu_router_seams(router_module: str) -> None:
+    """Both seams; `router_module` is the release's module whose `select_experts` routes vLLM's CPU experts."""
+    install_cpu_sigmoid_routing(importlib.import_module(router_module))
+    install_cpu_float32_gemm_input(importlib.import_module(LAYER_UTILS))
+
+
+def cpu_router_seams() -> set[str]:
+    return {CPU_SIGMOID_ROUTING, CPU_FLOAT32_GEMM_INPUT}
+
+
+def installed_cpu_router_seams(router_module: str) -> list[str]:
+    """Names of the two seams in place in this process, read off the patched functions."""
+    router, layer_utils = importlib.import_module(router_module), importlib.import_module(LAYER_UTILS)
+    return marks_on([router.select_experts, layer_utils.dispatch_cpu_unquantized_gemm])

