@@ -1,0 +1,32 @@
+"""The management API's application (`--http-port`, not yet started by server.app): built over the server's own
+objects, so that a round started over HTTP is the round PocService reports, and the other way round."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from server.admission import Admission
+from server.http.body_limit import BodyLimit
+from server.http.errors import install_error_handlers
+from server.http.node_routes import NodeVersions, node_router
+from server.http.node_state import NodeState
+from server.http.probe_routes import probe_router
+from server.http.version_prefix import VersionPrefix
+from server.instances import EngineInstances
+
+
+def management_app(
+    node: NodeState, instances: EngineInstances, admission: Admission, versions: NodeVersions, max_body_bytes: int
+) -> FastAPI:
+    # strict_content_type off: bodies are read as JSON whatever their Content-Type (server.http.json_body reads
+    # them itself; this keeps FastAPI's own parsing, where a route uses it, to the same rule).
+    app = FastAPI(title="gonka-mlnode management API", strict_content_type=False, openapi_url=None)
+    app.include_router(probe_router(node, instances, admission))
+    app.include_router(node_router(node, versions))
+    install_error_handlers(app, admission)
+    paths = [route.path for route in app.routes if isinstance(route, APIRoute)]
+    # Outermost first: the prefix is dropped before anything reads the path; the bound holds before any body read.
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
+    app.add_middleware(VersionPrefix, paths=paths)
+    return app
