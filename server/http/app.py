@@ -26,7 +26,8 @@ def management_app(
     app.include_router(node_router(node, versions))
     install_error_handlers(app, admission)
     paths = [route.path for route in app.routes if isinstance(route, APIRoute)]
-    # Outermost first: the prefix is dropped before anything reads the path; the bound holds before any body read.
+    # Each middleware added wraps those before it: the prefix is dropped first, then the body bound holds before
+    # any route reads a body.
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)
     app.add_middleware(VersionPrefix, paths=paths)
     return app

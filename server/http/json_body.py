@@ -31,7 +31,8 @@ def parse_body(model: type[Model], raw: bytes, empty_is: bytes | None = None) ->
         if param is None:
             raise HttpError(422, "INVALID_FIELD", f"the body must be a JSON object: {first['msg']}") from None
         detail = first["msg"]
-        if first["type"] != "missing":
+        # A scalar is echoed (cut short); a list or object would cost its whole repr to print.
+        if first["type"] != "missing" and isinstance(first["input"], (str, int, float, bool, type(None))):
             detail += f", got {echoed(repr(first['input']))}"
         raise HttpError(422, "INVALID_FIELD", f"{param}: {detail}", param) from None
 

@@ -21,6 +21,7 @@ from server.admission import Admission
 from server.errors import Reason, ServiceError
 from server.health import HealthService
 from server.http.app import management_app
+from server.http.errors import HTTP_STATUS_OF_CODE
 from server.http.node_routes import DEFAULT_MLNODE_VERSION, NodeVersions
 from server.http.node_state import NodeMode, NodeState, ServedModel
 from server.instances import EngineInstances
@@ -326,3 +327,16 @@ def test_service_errors_and_unexpected_failures_leave_as_json_errors() -> None:
         assert response.status_code == 422 and error_of(response)["param"] == "n"
         response = node.client.get("/test/boom")
         assert response.status_code == 500 and error_of(response)["type"] == "INTERNAL_ERROR"
+
+
+@pytest.mark.parametrize(("code", "status"), [*HTTP_STATUS_OF_CODE.items(), (grpc.StatusCode.INTERNAL, 500)])
+def test_every_grpc_code_of_the_shared_checks_has_its_http_status(code: grpc.StatusCode, status: int) -> None:
+    with node_of() as node:
+
+        @node.app.get("/test/refused")
+        async def refused() -> None:
+            raise ServiceError(code, Reason.INVALID_FIELD, "refused", field="f")
+
+        response = node.client.get("/test/refused")
+        assert response.status_code == status
+        assert error_of(response) == {"message": "refused", "type": "INVALID_FIELD", "param": "f", "code": status}
