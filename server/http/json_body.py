@@ -17,10 +17,8 @@ from server.http.errors import HttpError
 Model = TypeVar("Model", bound=pydantic.BaseModel)
 
 
-def parse_body(model: type[Model], raw: bytes, empty_is: bytes | None = None) -> Model:
-    """`empty_is`: what an empty body stands for (None: an empty body is refused as not JSON)."""
-    if not raw.strip() and empty_is is not None:
-        raw = empty_is
+def parse_body(model: type[Model], raw: bytes) -> Model:
+    """An empty body is no JSON (400)."""
     try:
         return model.model_validate_json(raw)
     except pydantic.ValidationError as error:
@@ -37,10 +35,10 @@ def parse_body(model: type[Model], raw: bytes, empty_is: bytes | None = None) ->
         raise HttpError(422, "INVALID_FIELD", f"{param}: {detail}", param) from None
 
 
-def json_body(model: type[Model], empty_is: bytes | None = None) -> Callable[[Request], Awaitable[Model]]:
+def json_body(model: type[Model]) -> Callable[[Request], Awaitable[Model]]:
     """A FastAPI dependency that reads the request's body as `model`."""
 
     async def read(request: Request) -> Model:
-        return parse_body(model, await request.body(), empty_is)
+        return parse_body(model, await request.body())
 
     return read

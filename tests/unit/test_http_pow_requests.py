@@ -14,7 +14,14 @@ from engine_ext.consensus import DEFAULT_K
 from server.errors import ServiceError
 from server.http.errors import HttpError, error_response, http_error_of
 from server.http.json_body import parse_body
-from server.http.pow_models import GenerateBody, GenerateQueued, InitGenerateBody
+from server.http.pow_models import (
+    BackendError,
+    BackendResult,
+    GenerateBody,
+    GenerateQueued,
+    InitGenerateBody,
+    InitGenerateResponse,
+)
 from server.http.pow_requests import (
     FLEET_P_VALUE_THRESHOLD,
     MAX_QUEUED_NONCES,
@@ -158,3 +165,20 @@ def test_a_queued_job_is_answered_with_a_port_and_uuid_id() -> None:
     assert new_request_id(8080) != request_id
     answer = GenerateQueued(request_id=request_id, queued_count=3).model_dump()
     assert answer == {"status": "queued", "request_id": request_id, "queued_count": 3}
+
+
+def test_init_generate_answers_with_the_fields_the_go_client_reads() -> None:
+    answer = InitGenerateResponse(
+        status="OK", backends=2, n_groups=2, results=[BackendResult(port=8080, status="OK")], errors=None
+    ).model_dump()
+    assert answer == {
+        "status": "OK",
+        "backends": 2,
+        "n_groups": 2,
+        "results": [{"port": 8080, "status": "OK"}],
+        "errors": None,
+    }
+    assert BackendError(port=8080, error="Already generating").model_dump() == {
+        "port": 8080,
+        "error": "Already generating",
+    }
