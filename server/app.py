@@ -28,6 +28,7 @@ from server.auth import AuthInterceptor, Authorizer
 from server.credentials import ServerCredentials, TlsMaterial
 from server.engine_watch import watch_instances
 from server.health import HealthService
+from server.http.wiring import management_server
 from server.inference_servicer import InferenceServicer
 from server.instances import EngineInstance, EngineInstances, instance_health_name
 from server.metrics.exporter import ServerMetrics
@@ -289,6 +290,23 @@ async def _serve_engines(
             await metrics.start(engine.logs_stats)
         except OSError as error:
             raise StartupError(f"cannot listen on {options.metrics.address} (--metrics-port): {error}") from error
+    http = None
+    if options.http is not None:
+        http = management_server(
+            options.http,
+            instances,
+            admission,
+            poc.control,
+            facts,
+            versions.vllm,
+            options.poc.enabled,
+            options.max_request_bytes,
+            ABORT_FLUSH_SECONDS,
+        )
+        try:
+            await http.start()
+        except OSError as error:
+            raise StartupError(f"cannot listen on {options.http.address} (--http-port): {error}") from error
     freeze_startup_heap()
     cache_vllm_environment()
     await server.start()
@@ -316,6 +334,9 @@ async def _serve_engines(
     log.info("shutting down (%s)", trigger.reason)
     admission.close()
     await health.enter_graceful_shutdown()
+    # Before PoC stops: no HTTP request starts work after this; those in flight get the flush grace.
+    if http is not None:
+        await http.stop()
     # A running round stops (its forward in flight returns; subscribers get their final message) and
     # callbacks get a bounded flush; what the receivers did not take stays in the callback store.
     await poc.shutdown()

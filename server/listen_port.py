@@ -14,13 +14,20 @@ class PortUnavailable(RuntimeError):
 
 def require_port_free(options: ServerOptions) -> None:
     """Fails in a fraction of a second instead of after vLLM's import and the engine's start: the
-    gRPC address, and the metrics endpoint's when --metrics-port is given."""
+    gRPC address, the metrics endpoint's when --metrics-port is given, the management API's when --http-port is."""
     _require_free(options.host, options.port, options.address)
     metrics = options.metrics
     if metrics is not None:
         if metrics.port == options.port:
             raise PortUnavailable(f"--metrics-port {metrics.port} is the gRPC port (--port): give it a port of its own")
         _require_free(metrics.host, metrics.port, metrics.address)
+    http = options.http
+    if http is not None:
+        if http.port == options.port:
+            raise PortUnavailable(f"--http-port {http.port} is the gRPC port (--port): give it a port of its own")
+        if metrics is not None and http.port == metrics.port:
+            raise PortUnavailable(f"--http-port {http.port} is the metrics port (--metrics-port): give it its own")
+        _require_free(http.host, http.port, http.address)
 
 
 def _require_free(host: str, port: int, address: str) -> None:

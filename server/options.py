@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from server.http.options import HttpOptions, add_http_arguments, http_options_from
 from server.metrics.options import MetricsOptions, add_metrics_arguments, metrics_options_from
 from server.poc.options import PocOptions, add_poc_arguments, default_callback_store, poc_options_from
 
@@ -76,6 +77,8 @@ class ServerOptions:
     poc: PocOptions = PocOptions()
     # None: no metrics endpoint (--metrics-port not given), and nothing recorded for one.
     metrics: MetricsOptions | None = None
+    # None: no HTTP management API (--http-port not given).
+    http: HttpOptions | None = None
 
     @property
     def callback_store(self) -> Path:
@@ -110,6 +113,7 @@ class ServerOptions:
             min_instances=args.min_instances,
             poc=poc_options_from(args),
             metrics=metrics_options_from(args),
+            http=http_options_from(args),
         )
 
 
@@ -167,6 +171,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     _add_limit_arguments(group)
     add_poc_arguments(parser)
     add_metrics_arguments(parser)
+    add_http_arguments(parser)
 
 
 def _add_instance_arguments(group: argparse._ArgumentGroup) -> None:

@@ -1,4 +1,4 @@
-"""The management API's application (`--http-port`, not yet started by server.app): built over the server's own
+"""The management API's application (`--http-port`; server.http.http_server serves it): built over the server's own
 objects, so that a round started over HTTP is the round PocService reports, and the other way round."""
 
 from __future__ import annotations

@@ -11,10 +11,6 @@ from server.http.json_body import json_body
 from server.http.management_models import InferenceUpRequest, StateResponse, StatusOk, VersionsResponse
 from server.http.node_state import NodeState
 
-# The MLNode release whose API this server answers as: the API node gates features on it (the pull callback
-# stream from 3.0.14 on, spec section 6).
-DEFAULT_MLNODE_VERSION = "3.1.0"
-
 
 @dataclass(frozen=True)
 class NodeVersions:

@@ -5,27 +5,18 @@ nonce set of a validation job (400), and the bound on queued nonces (429), as th
 
 from __future__ import annotations
 
-import enum
 import uuid
 
 from gonka.mlnode.v1 import poc_pb2
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.http.errors import HttpError
+from server.http.options import FraudThreshold
 from server.http.pow_models import GenerateBody, InitGenerateBody, PocParamsBody
 
 # The deployed plugin's bound on the nonces its generate queue holds (P poc/generate_queue.py).
 MAX_QUEUED_NONCES = 100_000
 # The deployed node's fraud decision, whatever the API node sends (poc-v2-models.md section 6).
 FLEET_P_VALUE_THRESHOLD = 0.01
-
-
-class FraudThreshold(enum.Enum):
-    """Which p-value threshold decides fraud (--fraud-threshold)."""
-
-    # The deployed node's 0.01: validators agree with the fleet's.
-    FLEET = "fleet"
-    # The API node's stat_test.p_value_threshold.
-    CALLER = "caller"
 
 
 def start_round_request(body: InitGenerateBody) -> poc_pb2.StartRoundRequest:

@@ -23,7 +23,7 @@ def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("metrics", "Prometheus metrics over HTTP (off unless --metrics-port is given)")
     group.add_argument(
         "--metrics-port",
-        type=_port,
+        type=parse_port,
         default=None,
         metavar="PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics: vLLM's engine metrics, per-RPC metrics and PoC "
@@ -44,7 +44,7 @@ def metrics_options_from(namespace: argparse.Namespace) -> MetricsOptions | None
     return MetricsOptions(namespace.metrics_host or namespace.host, namespace.metrics_port)
 
 
-def _port(text: str) -> int:
+def parse_port(text: str) -> int:
     value = int(text)
     if not 1 <= value <= MAX_PORT:
         raise argparse.ArgumentTypeError(f"must be a port number from 1 to {MAX_PORT}, got {text!r}")
@@ -52,4 +52,4 @@ def _port(text: str) -> int:
 
 
 # argparse names the type in its message for a value int() cannot read ("invalid int value").
-_port.__name__ = "int"
+parse_port.__name__ = "int"

@@ -22,8 +22,9 @@ from server.errors import Reason, ServiceError
 from server.health import HealthService
 from server.http.app import management_app
 from server.http.errors import HTTP_STATUS_OF_CODE
-from server.http.node_routes import DEFAULT_MLNODE_VERSION, NodeVersions
+from server.http.node_routes import NodeVersions
 from server.http.node_state import NodeMode, NodeState, ServedModel
+from server.http.options import DEFAULT_MLNODE_VERSION
 from server.instances import EngineInstances
 from server.poc.artifact_hub import ArtifactHub
 from server.poc.mining_round import RoundState

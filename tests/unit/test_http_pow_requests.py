@@ -14,6 +14,7 @@ from engine_ext.consensus import DEFAULT_K
 from server.errors import ServiceError
 from server.http.errors import HttpError, error_response, http_error_of
 from server.http.json_body import parse_body
+from server.http.options import FraudThreshold
 from server.http.pow_models import (
     BackendError,
     BackendResult,
@@ -25,7 +26,6 @@ from server.http.pow_models import (
 from server.http.pow_requests import (
     FLEET_P_VALUE_THRESHOLD,
     MAX_QUEUED_NONCES,
-    FraudThreshold,
     new_request_id,
     require_queue_room,
     start_round_request,

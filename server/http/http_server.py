@@ -1,0 +1,71 @@
+"""uvicorn serving the management API on the server's own event loop, beside the gRPC server: one process, one
+engine, the same objects (a second process would need a second engine, or a copy of the round state)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import socket
+from collections.abc import Iterator
+
+import uvicorn
+from fastapi import FastAPI
+
+from server.http.options import HttpOptions
+
+log = logging.getLogger(__name__)
+
+
+class _LoopServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the server's ShutdownTrigger owns SIGTERM and SIGINT, and stops this
+    listener in its shutdown order (uvicorn's own would replace the trigger's handlers while it serves)."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ManagementServer:
+    def __init__(self, app: FastAPI, options: HttpOptions, graceful_seconds: float) -> None:
+        self._options = options
+        config = uvicorn.Config(
+            app,
+            # log_config None: uvicorn leaves the server's logging configuration alone.
+            log_config=None,
+            # The API node polls state and health every minute: no line per request.
+            access_log=False,
+            lifespan="off",
+            # Whole seconds in uvicorn's typing.
+            timeout_graceful_shutdown=math.ceil(graceful_seconds),
+        )
+        self._server = _LoopServer(config)
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def address(self) -> str:
+        return self._options.address
+
+    async def start(self) -> None:
+        """Raises OSError when the address cannot be bound (bound here: uvicorn would exit the process instead)."""
+        listener = socket.create_server(
+            (self._options.host, self._options.port),
+            family=socket.AF_INET6 if ":" in self._options.host else socket.AF_INET,
+            reuse_port=False,
+        )
+        self._task = asyncio.create_task(self._server.serve(sockets=[listener]), name="http-management-api")
+        while not self._server.started:
+            if self._task.done():
+                self._task.result()  # its failure, if it raised one
+                raise OSError(f"the management API on {self.address} ended before it served")
+            await asyncio.sleep(0.01)
+        log.info("management API on http://%s (plain HTTP, no token: docs/http-api.md)", self.address)
+
+    async def stop(self) -> None:
+        """Stops accepting, lets requests in flight finish within the grace, then cancels what remains."""
+        if self._task is None:
+            return
+        self._server.should_exit = True
+        await self._task
+        self._task = None

@@ -1,0 +1,84 @@
+"""The management API's flags (imports no engine and no web framework: the CLI parses flags before vLLM loads)."""
+
+from __future__ import annotations
+
+import argparse
+import enum
+from dataclasses import dataclass
+
+from server.metrics.options import parse_port
+
+# The MLNode release whose API this server answers as: the API node gates features on it (the pull callback
+# stream from 3.0.14 on, spec section 6).
+DEFAULT_MLNODE_VERSION = "3.1.0"
+
+
+class FraudThreshold(enum.Enum):
+    """Which p-value threshold decides fraud (--fraud-threshold)."""
+
+    # The deployed node's 0.01: validators agree with the fleet's.
+    FLEET = "fleet"
+    # The API node's stat_test.p_value_threshold.
+    CALLER = "caller"
+
+
+@dataclass(frozen=True)
+class HttpOptions:
+    # The management API listens on the gRPC server's --host.
+    host: str
+    port: int
+    mlnode_version: str = DEFAULT_MLNODE_VERSION
+    fraud_threshold: FraudThreshold = FraudThreshold.FLEET
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
+def add_http_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group(
+        "http",
+        "The ML node's HTTP management API, as the network's API node calls it (off unless --http-port is given)",
+    )
+    group.add_argument(
+        "--http-port",
+        type=parse_port,
+        default=None,
+        metavar="PORT",
+        help="serve the management API (/api/v1/state, stop, inference/up, health, ...) over plain HTTP on the "
+        "server's --host at this port, beside the gRPC server and on the same engine (default: no HTTP API)",
+    )
+    group.add_argument(
+        "--mlnode-version",
+        default=DEFAULT_MLNODE_VERSION,
+        type=_semver,
+        metavar="SEMVER",
+        help="the MLNode release `/api/v1/state` reports as `version`; the API node gates features on it "
+        "(default: %(default)s)",
+    )
+    group.add_argument(
+        "--fraud-threshold",
+        choices=[threshold.value for threshold in FraudThreshold],
+        default=FraudThreshold.FLEET.value,
+        help="the p-value below which an HTTP validation job judges fraud: fleet, 0.01 whatever the API node sends, "
+        "as the deployed ML node decides; caller, the API node's p_value_threshold (default: %(default)s)",
+    )
+
+
+def http_options_from(namespace: argparse.Namespace) -> HttpOptions | None:
+    """None without --http-port: no management API."""
+    if namespace.http_port is None:
+        return None
+    return HttpOptions(
+        namespace.host, namespace.http_port, namespace.mlnode_version, FraudThreshold(namespace.fraud_threshold)
+    )
+
+
+def _semver(text: str) -> str:
+    # The API node compares it as MAJOR.MINOR.PATCH (a pre-release suffix allowed).
+    core = text.removeprefix("v").split("-", 1)[0]
+    parts = core.split(".")
+    if len(parts) != 3 or not all(part.isdigit() for part in parts):
+        raise argparse.ArgumentTypeError(f"must be a version MAJOR.MINOR.PATCH, got {text!r}")
+    return text
