@@ -307,6 +307,13 @@ async def _serve_engines(
             await http.start()
         except OSError as error:
             raise StartupError(f"cannot listen on {options.http.address} (--http-port): {error}") from error
+        if credentials.tls is not None or credentials.auth_token is not None:
+            # The API node speaks plain HTTP without a token to its ML nodes (docs/http-api.md).
+            log.warning(
+                "the management API on %s is plain HTTP without a token: TLS and the auth token protect the gRPC "
+                "port alone; let only the API node reach --http-port",
+                options.http.address,
+            )
     freeze_startup_heap()
     cache_vllm_environment()
     await server.start()
