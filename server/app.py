@@ -298,8 +298,8 @@ async def _serve_engines(
             admission,
             poc.control,
             facts,
+            poc.limits,
             versions.vllm,
-            options.poc.enabled,
             options.max_request_bytes,
             ABORT_FLUSH_SECONDS,
         )

@@ -3,6 +3,8 @@ objects, so that a round started over HTTP is the round PocService reports, and 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
@@ -11,19 +13,38 @@ from server.http.body_limit import BodyLimit
 from server.http.errors import install_error_handlers
 from server.http.node_routes import NodeVersions, node_router
 from server.http.node_state import NodeState
+from server.http.pow_routes import pow_router
 from server.http.probe_routes import probe_router
 from server.http.version_prefix import VersionPrefix
 from server.instances import EngineInstances
+from server.poc.round_control import RoundControl
+from server.poc.round_params import PocLimits
+
+
+@dataclass(frozen=True)
+class PocRouting:
+    """What the PoC routes drive beside the node state."""
+
+    control: RoundControl
+    limits: PocLimits
+    # The management port: the deployed node names each backend, and each job id, by its port.
+    port: int
 
 
 def management_app(
-    node: NodeState, instances: EngineInstances, admission: Admission, versions: NodeVersions, max_body_bytes: int
+    node: NodeState,
+    instances: EngineInstances,
+    admission: Admission,
+    versions: NodeVersions,
+    max_body_bytes: int,
+    poc: PocRouting,
 ) -> FastAPI:
     # strict_content_type off: bodies are read as JSON whatever their Content-Type (server.http.json_body reads
     # them itself; this keeps FastAPI's own parsing, where a route uses it, to the same rule).
     app = FastAPI(title="gonka-mlnode management API", strict_content_type=False, openapi_url=None)
     app.include_router(probe_router(node, instances, admission))
     app.include_router(node_router(node, versions))
+    app.include_router(pow_router(node, poc.control, poc.limits, admission, instances, poc.port))
     install_error_handlers(app, admission)
     paths = [route.path for route in app.routes if isinstance(route, APIRoute)]
     # Each middleware added wraps those before it: the prefix is dropped first, then the body bound holds before

@@ -137,6 +137,11 @@ class NodeState:
             self._mode = NodeMode.INFERENCE
         log.info("node serves inference (/api/v1/inference/up %s)", model)
 
+    async def stop_poc(self) -> None:
+        """`pow/stop`: the running round stops (its forwards in flight return first); the mode stays."""
+        async with self._transition:
+            await self._stop_round()
+
     async def _stop_round(self) -> None:
         running = self._control.running
         if running is not None:

@@ -98,3 +98,23 @@ class GenerateQueued(pydantic.BaseModel):
     # "{port}:{uuid}", as the deployed node rewrites its backends' ids.
     request_id: str
     queued_count: int
+
+
+class BackendStatus(pydantic.BaseModel):
+    port: int
+    # The engine instance behind it (the deployed node has one vLLM port per backend; here they share one port).
+    instance: int
+    status: str
+
+
+class PowStatusResponse(pydantic.BaseModel):
+    status: str
+    backends: list[BackendStatus]
+
+
+class PowStopResponse(pydantic.BaseModel):
+    status: str = "OK"
+    results: list[BackendResult] | None = None
+    errors: list[BackendError] | None = None
+    # Only with no backend to stop (the deployed answer's wording).
+    message: str | None = None

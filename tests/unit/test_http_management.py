@@ -5,6 +5,7 @@ PocService starts them are the rounds `/api/v1/state` reports and `/api/v1/stop`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from engine_ext.engine_calls import EngineCalls
 from server.admission import Admission
 from server.errors import Reason, ServiceError
 from server.health import HealthService
-from server.http.app import management_app
+from server.http.app import PocRouting, management_app
 from server.http.errors import HTTP_STATUS_OF_CODE
 from server.http.node_routes import NodeVersions
 from server.http.node_state import NodeMode, NodeState, ServedModel
@@ -29,11 +30,14 @@ from server.instances import EngineInstances
 from server.poc.artifact_hub import ArtifactHub
 from server.poc.mining_round import RoundState
 from server.poc.round_control import RoundControl
+from server.poc.round_params import PocLimits, RoundParameters
 from tests.unit.test_mining_round import PARAMS, StandInEngine, instances_of
 
 SERVED = ServedModel(name="Qwen/Qwen3-0.6B", path="/models/qwen3-0.6b")
 VERSIONS = NodeVersions(mlnode=DEFAULT_MLNODE_VERSION, vllm="0.25.1", poc_validation_inference=True)
 MAX_BODY = 4096
+HTTP_PORT = 8080
+LIMITS = PocLimits(SERVED.name, max_model_len=4096, hidden_size=1024, max_num_batched_tokens=8192, max_num_seqs=64)
 INFERENCE = "gonka.mlnode.v1.InferenceService"
 POC = "gonka.mlnode.v1.PocService"
 
@@ -47,6 +51,8 @@ class Node:
     admission: Admission
     engines: list[StandInEngine]
     instances: EngineInstances
+    # The parameters of each round the round control asked a callback for (the artifacts' receiver).
+    callbacks: list[RoundParameters]
 
 
 @contextmanager
@@ -54,6 +60,11 @@ def node_of(*engines: StandInEngine, raise_server_exceptions: bool = True) -> It
     engines = engines or (StandInEngine(),)
     instances = instances_of(*engines)
     admission = Admission()
+    callbacks: list[RoundParameters] = []
+
+    def no_callback(_round_id: str, params: RoundParameters) -> None:
+        callbacks.append(params)
+
     control = RoundControl(
         instances,
         admission.gate,
@@ -61,13 +72,14 @@ def node_of(*engines: StandInEngine, raise_server_exceptions: bool = True) -> It
         HealthService(),
         (INFERENCE,),
         POC,
-        lambda _round_id, _params: None,
+        no_callback,
         lambda: admission.is_open,
     )
     state = NodeState(control, instances, SERVED)
-    app = management_app(state, instances, admission, VERSIONS, MAX_BODY)
+    limits = dataclasses.replace(LIMITS, instances=len(engines))
+    app = management_app(state, instances, admission, VERSIONS, MAX_BODY, PocRouting(control, limits, HTTP_PORT))
     with TestClient(app, raise_server_exceptions=raise_server_exceptions) as client:
-        yield Node(client, app, state, control, admission, list(engines), instances)
+        yield Node(client, app, state, control, admission, list(engines), instances, callbacks)
 
 
 def error_of(response) -> dict:
