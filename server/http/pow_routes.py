@@ -47,7 +47,12 @@ def pow_router(
     async def init_generate(body: InitGenerateBody = Depends(json_body(InitGenerateBody))) -> InitGenerateResponse:  # noqa: B008
         require_poc_enabled(limits)
         admission.require_open()
-        params = round_parameters(start_round_request(body), limits)
+        request = start_round_request(body)
+        # The API node names the model as it loaded it (its repository id, the engine's path here); the deployed
+        # backend accepts the served path or name, and the round checks know the served name alone.
+        if node.served.is_named_by(request.params.model):
+            request.params.model = node.served.name
+        params = round_parameters(request, limits)
         running = control.running
         if running is not None:
             # As the deployed node answers a re-sent init/generate: 200, each backend that mines in errors.

@@ -16,12 +16,14 @@ import pytest
 
 from gonka.mlnode.client import InferenceClient
 from gonka.mlnode.v1 import inference_pb2, poc_pb2
+from tests.support.http_receiver import HttpReceiver
 from tests.support.server_process import SERVER_LAYER_FLAGS, ServerProcess, free_port, start_server
 
 HTTP_TIMEOUT_SECONDS = 60.0
 CALL_TIMEOUT_SECONDS = 120.0
 MAX_REQUEST_MIB = 1
 PROMPT_IDS = [9707, 1879, 11, 419]
+NODE_ID, NODE_COUNT = 1, 3
 ROUND = {"block_hash": "0x" + "cd" * 32, "block_height": 77, "public_key": "http-state-key", "seq_len": 64}
 
 
@@ -36,7 +38,15 @@ class HttpNode:
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> Iterator[HttpNode]:
     http_port = free_port()
-    flags = ["--http-port", str(http_port), "--max-request-mb", str(MAX_REQUEST_MIB), *SERVER_LAYER_FLAGS]
+    flags = [
+        "--http-port",
+        str(http_port),
+        "--max-request-mb",
+        str(MAX_REQUEST_MIB),
+        "--poc-callback-interval-s",
+        "0.5",
+        *SERVER_LAYER_FLAGS,
+    ]
     server = start_server(tmp_path_factory.mktemp("http") / "server.log", flags)
     try:
         with (
@@ -209,3 +219,67 @@ def test_http_stop_ends_a_round_started_over_grpc(node: HttpNode, model: inferen
             node.client.poc.stop_round(started.round_id, timeout=CALL_TIMEOUT_SECONDS)
         node.api.post("/api/v1/inference/up", json={"model": model.served_model_name})
     assert state_of(node)["state"] == "INFERENCE"
+
+
+def test_a_round_started_by_init_generate_posts_its_artifacts_to_the_url_and_pow_stop_ends_it(
+    node: HttpNode, model: inference_pb2.GetModelInfoResponse
+) -> None:
+    # The API node's callback base, as it builds it: {poc_callback_url}/v2/poc-batches/{escaped model}.
+    base = "/v2/poc-batches/qwen3-tiny"
+    with HttpReceiver() as receiver:
+        # PoCInitGenerateRequestV2 as the Go client sends it: no k_dim, no batch_size.
+        body = {
+            "block_hash": ROUND["block_hash"],
+            "block_height": ROUND["block_height"],
+            "public_key": ROUND["public_key"],
+            "node_id": NODE_ID,
+            "node_count": NODE_COUNT,
+            "params": {"model": model.model_path, "seq_len": ROUND["seq_len"]},
+            "url": receiver.url + base,
+        }
+        started = node.api.post("/v3.1.0/api/v1/inference/pow/init/generate", json=body)
+        try:
+            assert started.status_code == 200, started.text
+            assert started.json() == {
+                "status": "OK",
+                "backends": 1,
+                "n_groups": 1,
+                "results": [{"port": node.http_port, "status": "OK"}],
+                "errors": None,
+            }
+            assert (state_of(node)["state"], state_of(node)["poc_status"]) == ("POW", "GENERATING")
+            status = node.api.get("/api/v1/inference/pow/status").json()
+            assert status == {
+                "status": "GENERATING",
+                "backends": [{"port": node.http_port, "instance": 0, "status": "GENERATING"}],
+            }
+            # The round PocService reports, with the body's parameters.
+            grpc_status = node.client.poc.round_status(timeout=CALL_TIMEOUT_SECONDS)
+            assert grpc_status.state == poc_pb2.ROUND_STATE_GENERATING
+            assert grpc_status.parameters.callback_url == receiver.url + base
+            assert receiver.wait_for(lambda r: len(r.received(base + "/generated")) >= 2, CALL_TIMEOUT_SECONDS)
+            resent = node.api.post("/api/v1/inference/pow/init/generate", json=body).json()
+            assert resent["errors"] == [{"port": node.http_port, "error": "Already generating"}]
+        finally:
+            stopped = node.api.post("/api/v1/inference/pow/stop", json={})
+        assert stopped.json() == {"status": "OK", "results": [{"port": node.http_port, "status": "stopped"}]}
+        assert node.client.poc.round_status(grpc_status.round_id).state == poc_pb2.ROUND_STATE_STOPPED
+        assert (state_of(node)["state"], state_of(node)["poc_status"]) == ("INFERENCE", "IDLE")
+        produced = node.client.poc.round_status(grpc_status.round_id).nonces_produced
+        # What the round produced reaches the receiver after the stop (the store's sender flushes it).
+        assert receiver.wait_for(
+            lambda r: sum(len(b["artifacts"]) for b in r.received(base + "/generated")) == produced,
+            CALL_TIMEOUT_SECONDS,
+        )
+        batches = receiver.received(base + "/generated")
+    for batch in batches:
+        # The deployed /generated body (spec section 5).
+        assert set(batch) == {"public_key", "block_hash", "block_height", "node_id", "artifacts", "encoding"}
+        assert (batch["public_key"], batch["block_hash"]) == (ROUND["public_key"], ROUND["block_hash"])
+        assert (batch["block_height"], batch["node_id"]) == (ROUND["block_height"], NODE_ID)
+        for artifact in batch["artifacts"]:
+            assert set(artifact) == {"nonce", "vector_b64"}
+            # This node's nonces: node_id + x * node_count (one group).
+            assert artifact["nonce"] % NODE_COUNT == NODE_ID
+    nonces = [artifact["nonce"] for batch in batches for artifact in batch["artifacts"]]
+    assert len(set(nonces)) == len(nonces) == produced

@@ -82,6 +82,14 @@ def test_a_resent_init_generate_is_200_naming_the_backend_already_generating() -
         node.client.post("/api/v1/inference/pow/stop")
 
 
+def test_the_model_may_be_named_by_its_path_as_the_api_node_names_it() -> None:
+    with node_of() as node:
+        response = node.client.post(INIT_PATH, json={**INIT, "params": {**PARAMS, "model": SERVED.path}})
+        assert response.status_code == 200, response.text
+        assert node.callbacks[0].model == SERVED.name
+        node.client.post("/api/v1/inference/pow/stop")
+
+
 def test_every_instance_is_a_backend_and_a_nonce_group() -> None:
     with node_of(StandInEngine(), StandInEngine()) as node:
         response = node.client.post(INIT_PATH, json=INIT).json()
