@@ -12,9 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import numpy as np
 import pytest
 
-from gonka.mlnode.client import InferenceClient
+from gonka.mlnode.client import InferenceClient, decode_batch
+from gonka.mlnode.client.artifacts import vector_from_b64
 from gonka.mlnode.v1 import inference_pb2, poc_pb2
 from tests.support.http_receiver import HttpReceiver
 from tests.support.server_process import SERVER_LAYER_FLAGS, ServerProcess, free_port, start_server
@@ -281,5 +283,23 @@ def test_a_round_started_by_init_generate_posts_its_artifacts_to_the_url_and_pow
             assert set(artifact) == {"nonce", "vector_b64"}
             # This node's nonces: node_id + x * node_count (one group).
             assert artifact["nonce"] % NODE_COUNT == NODE_ID
-    nonces = [artifact["nonce"] for batch in batches for artifact in batch["artifacts"]]
-    assert len(set(nonces)) == len(nonces) == produced
+    posted = {artifact["nonce"]: artifact["vector_b64"] for batch in batches for artifact in batch["artifacts"]}
+    assert len(posted) == produced
+    # The artifacts are the ones ComputeArtifacts recomputes for the same block, key and model (within the deployed
+    # test's distance: another batch composition).
+    chosen = sorted(posted)[:: max(1, len(posted) // 6)]
+    computed = node.client.poc.compute_artifacts(
+        ROUND["block_hash"],
+        ROUND["public_key"],
+        model.served_model_name,
+        ROUND["seq_len"],
+        chosen,
+        timeout=CALL_TIMEOUT_SECONDS,
+    )
+    pairs = [pair for batch in computed for pair in decode_batch(batch)]
+    assert [nonce for nonce, _ in pairs] == chosen
+    distances = [
+        float(np.linalg.norm(vector.astype(np.float32) - vector_from_b64(posted[nonce]).astype(np.float32)))
+        for nonce, vector in pairs
+    ]
+    assert max(distances) <= 0.02, distances
