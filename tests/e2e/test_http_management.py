@@ -26,7 +26,8 @@ CALL_TIMEOUT_SECONDS = 120.0
 MAX_REQUEST_MIB = 1
 PROMPT_IDS = [9707, 1879, 11, 419]
 NODE_ID, NODE_COUNT = 1, 3
-ROUND = {"block_hash": "0x" + "cd" * 32, "block_height": 77, "public_key": "http-state-key", "seq_len": 64}
+BLOCK_HASH, BLOCK_HEIGHT, PUBLIC_KEY, SEQ_LEN = "0x" + "cd" * 32, 77, "http-state-key", 64
+ROUND = {"block_hash": BLOCK_HASH, "block_height": BLOCK_HEIGHT, "public_key": PUBLIC_KEY, "seq_len": SEQ_LEN}
 
 
 @dataclass
@@ -231,12 +232,12 @@ def test_a_round_started_by_init_generate_posts_its_artifacts_to_the_url_and_pow
     with HttpReceiver() as receiver:
         # PoCInitGenerateRequestV2 as the Go client sends it: no k_dim, no batch_size.
         body = {
-            "block_hash": ROUND["block_hash"],
-            "block_height": ROUND["block_height"],
-            "public_key": ROUND["public_key"],
+            "block_hash": BLOCK_HASH,
+            "block_height": BLOCK_HEIGHT,
+            "public_key": PUBLIC_KEY,
             "node_id": NODE_ID,
             "node_count": NODE_COUNT,
-            "params": {"model": model.model_path, "seq_len": ROUND["seq_len"]},
+            "params": {"model": model.model_path, "seq_len": SEQ_LEN},
             "url": receiver.url + base,
         }
         started = node.api.post("/v3.1.0/api/v1/inference/pow/init/generate", json=body)
@@ -277,8 +278,8 @@ def test_a_round_started_by_init_generate_posts_its_artifacts_to_the_url_and_pow
     for batch in batches:
         # The deployed /generated body (spec section 5).
         assert set(batch) == {"public_key", "block_hash", "block_height", "node_id", "artifacts", "encoding"}
-        assert (batch["public_key"], batch["block_hash"]) == (ROUND["public_key"], ROUND["block_hash"])
-        assert (batch["block_height"], batch["node_id"]) == (ROUND["block_height"], NODE_ID)
+        assert (batch["public_key"], batch["block_hash"]) == (PUBLIC_KEY, BLOCK_HASH)
+        assert (batch["block_height"], batch["node_id"]) == (BLOCK_HEIGHT, NODE_ID)
         for artifact in batch["artifacts"]:
             assert set(artifact) == {"nonce", "vector_b64"}
             # This node's nonces: node_id + x * node_count (one group).
@@ -289,10 +290,10 @@ def test_a_round_started_by_init_generate_posts_its_artifacts_to_the_url_and_pow
     # test's distance: another batch composition).
     chosen = sorted(posted)[:: max(1, len(posted) // 6)]
     computed = node.client.poc.compute_artifacts(
-        ROUND["block_hash"],
-        ROUND["public_key"],
+        BLOCK_HASH,
+        PUBLIC_KEY,
         model.served_model_name,
-        ROUND["seq_len"],
+        SEQ_LEN,
         chosen,
         timeout=CALL_TIMEOUT_SECONDS,
     )
