@@ -36,15 +36,19 @@ class ArtifactCallback:
         round_id: str,
         store: CallbackStore,
         flush: Callable[[], None],
+        request_id: str | None = None,
     ) -> None:
-        """`flush`: asks the store's sender to send what is pending now (CallbackSender.flush)."""
+        """`flush`: asks the store's sender to send what is pending now (CallbackSender.flush). `request_id`: the
+        HTTP `generate` job the artifacts answer (the deployed body carries it then)."""
         self.generated_url = generated_url(url)
-        self._fields = {
+        self._fields: dict[str, str | int] = {
             "public_key": identity.public_key,
             "block_hash": identity.block_hash,
             "block_height": identity.block_height,
             "node_id": identity.node_id,
         }
+        if request_id is not None:
+            self._fields["request_id"] = request_id
         self._encoding = encoding_metadata(k_dim)
         self._k_dim = k_dim
         self._round_id = round_id
@@ -52,7 +56,7 @@ class ArtifactCallback:
         self._flush = flush
 
     def add(self, nonces: Sequence[int], vectors: bytes) -> None:
-        """One batch, on disk when this returns (the deployed body: identity, artifacts, encoding)."""
+        """One batch, on disk when this returns (the deployed body: identity, [request_id,] artifacts, encoding)."""
         artifacts = [
             {"nonce": int(nonce), "vector_b64": vector_b64(vectors, self._k_dim, index)}
             for index, nonce in enumerate(nonces)

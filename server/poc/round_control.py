@@ -84,6 +84,9 @@ class RoundControl:
         self._may_resume_inference = may_resume_inference
         self._rounds: dict[str, tuple[MiningRound, RoundCallback | None, asyncio.Task[None]]] = {}
         self._running: MiningRound | None = None
+        # Set while no round runs (server.http.generate_queue waits on it before each job).
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._latest: str | None = None
         self._observers: list[RoundObserver] = []
 
@@ -93,6 +96,11 @@ class RoundControl:
     @property
     def running(self) -> MiningRound | None:
         return self._running
+
+    async def wait_until_idle(self) -> None:
+        """Returns once no round runs (at once when none does)."""
+        while self._running is not None:
+            await self._idle.wait()
 
     async def start(self, params: RoundParameters) -> MiningRound:
         # No await before the round is registered: a StopRound, a status read or a shutdown at any
@@ -107,6 +115,7 @@ class RoundControl:
         self._hub.open_round(round_id, params.artifacts.k_dim)
         self._gate.close(round_id)
         self._running = mining
+        self._idle.clear()
         self._latest = round_id
         started = asyncio.get_running_loop().create_future()
         # Read here even when the StartRound that waits for it has gone away.
@@ -185,6 +194,7 @@ class RoundControl:
     async def _reopen(self) -> None:
         """Inference admitted again (unless the server is shutting down)."""
         self._running = None
+        self._idle.set()
         if self._may_resume_inference():
             self._instances.resume()
         self._gate.open()
