@@ -302,6 +302,8 @@ async def _serve_engines(
             versions.vllm,
             options.max_request_bytes,
             ABORT_FLUSH_SECONDS,
+            poc.deliver_validated,
+            poc.job_callback,
         )
         try:
             await http.start()

@@ -11,8 +11,12 @@ from fastapi.routing import APIRoute
 from server.admission import Admission
 from server.http.body_limit import BodyLimit
 from server.http.errors import install_error_handlers
+from server.http.generate_jobs import JobEngine
+from server.http.generate_queue import GenerateQueue
+from server.http.generate_routes import generate_router
 from server.http.node_routes import NodeVersions, node_router
 from server.http.node_state import NodeState
+from server.http.options import FraudThreshold
 from server.http.pow_routes import pow_router
 from server.http.probe_routes import probe_router
 from server.http.version_prefix import VersionPrefix
@@ -29,6 +33,10 @@ class PocRouting:
     limits: PocLimits
     # The management port: the deployed node names each backend, and each job id, by its port.
     port: int
+    # The generate jobs: their queue, what they compute with, and the p-value that decides fraud.
+    jobs: GenerateQueue
+    engine: JobEngine
+    fraud_threshold: FraudThreshold
 
 
 def management_app(
@@ -43,8 +51,9 @@ def management_app(
     # them itself; this keeps FastAPI's own parsing, where a route uses it, to the same rule).
     app = FastAPI(title="gonka-mlnode management API", strict_content_type=False, openapi_url=None)
     app.include_router(probe_router(node, instances, admission))
-    app.include_router(node_router(node, versions))
-    app.include_router(pow_router(node, poc.control, poc.limits, admission, instances, poc.port))
+    app.include_router(node_router(node, versions, poc.jobs))
+    app.include_router(pow_router(node, poc.control, poc.limits, admission, instances, poc.port, poc.jobs))
+    app.include_router(generate_router(node, poc.jobs, poc.engine, admission, poc.port, poc.fraud_threshold))
     install_error_handlers(app, admission)
     paths = [route.path for route in app.routes if isinstance(route, APIRoute)]
     # Each middleware added wraps those before it: the prefix is dropped first, then the body bound holds before

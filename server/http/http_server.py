@@ -8,7 +8,7 @@ import contextlib
 import logging
 import math
 import socket
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 import uvicorn
 from fastapi import FastAPI
@@ -28,8 +28,16 @@ class _LoopServer(uvicorn.Server):
 
 
 class ManagementServer:
-    def __init__(self, app: FastAPI, options: HttpOptions, graceful_seconds: float) -> None:
+    def __init__(
+        self,
+        app: FastAPI,
+        options: HttpOptions,
+        graceful_seconds: float,
+        on_stop: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """`on_stop`: awaited once the listener has stopped (the application's own background work ends there)."""
         self._options = options
+        self._on_stop = on_stop
         config = uvicorn.Config(
             app,
             # log_config None: uvicorn leaves the server's logging configuration alone.
@@ -69,3 +77,5 @@ class ManagementServer:
         self._server.should_exit = True
         await self._task
         self._task = None
+        if self._on_stop is not None:
+            await self._on_stop()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from fastapi import APIRouter, Depends
 
+from server.http.generate_queue import GenerateQueue
 from server.http.json_body import json_body
 from server.http.management_models import InferenceUpRequest, StateResponse, StatusOk, VersionsResponse
 from server.http.node_state import NodeState
@@ -23,7 +24,7 @@ class NodeVersions:
     poc_validation_inference: bool
 
 
-def node_router(node: NodeState, versions: NodeVersions) -> APIRouter:
+def node_router(node: NodeState, versions: NodeVersions, jobs: GenerateQueue) -> APIRouter:
     router = APIRouter(prefix="/api/v1")
 
     @router.get("/state")
@@ -46,6 +47,8 @@ def node_router(node: NodeState, versions: NodeVersions) -> APIRouter:
     # The API node sends no body; any body is ignored.
     @router.post("/stop")
     async def stop() -> StatusOk:
+        # The deployed stop ends every manager: the generate jobs too.
+        await jobs.cancel_all()
         await node.stop()
         return StatusOk()
 

@@ -7,7 +7,7 @@ fields are ignored."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import pydantic
 
@@ -118,3 +118,21 @@ class PowStopResponse(pydantic.BaseModel):
     errors: list[BackendError] | None = None
     # Only with no backend to stop (the deployed answer's wording).
     message: str | None = None
+
+
+class GenerateJobError(pydantic.BaseModel):
+    """Why a job failed, as the gRPC services name it (`type`: the ErrorReason)."""
+
+    type: str
+    message: str
+    param: str | None = None
+
+
+class GenerateJobResponse(pydantic.BaseModel):
+    """`GET generate/{request_id}`: the job's status and, once it completed, its result (a validation job's the
+    `/validated` body, another job's `{artifacts[{nonce, vector_b64}], not_computable}`)."""
+
+    request_id: str
+    status: str
+    result: dict[str, Any] | None = None
+    error: GenerateJobError | None = None

@@ -1,7 +1,8 @@
 """`pow/init/generate` and `pow/generate` bodies as the gRPC requests they stand for: a mining round is a
-PocService StartRoundRequest and a validation job a ValidationService ValidatePocArtifactsRequest, read by the same
-checks (server.poc.round_params, server.poc.artifact_validation); only what the HTTP API adds is checked here: the
-nonce set of a validation job (400), and the bound on queued nonces (429), as the deployed plugin refuses them."""
+PocService StartRoundRequest, a validation job a ValidationService ValidatePocArtifactsRequest and any other
+generate job a PocService ComputeArtifactsRequest, read by the same checks (server.poc.round_params,
+server.poc.artifact_validation, server.poc.artifact_compute); only what the HTTP API adds is checked here: the nonce
+set of a validation job (400), and the bound on queued nonces (429), as the deployed plugin refuses them."""
 
 from __future__ import annotations
 
@@ -65,6 +66,20 @@ def validation_request(
         p_value = FLEET_P_VALUE_THRESHOLD if threshold is FraudThreshold.FLEET else stat_test.p_value_threshold
         if p_value is not None:
             request.stat_test.p_value_threshold = p_value
+    return request
+
+
+def compute_request(body: GenerateBody) -> poc_pb2.ComputeArtifactsRequest:
+    """A `generate` without `validation`: the artifacts of its nonces, as ComputeArtifacts computes them."""
+    request = poc_pb2.ComputeArtifactsRequest(
+        block_hash=body.block_hash,
+        public_key=body.public_key,
+        params=_params(body.params),
+        stronger_rng=body.poc_stronger_rng,
+        nonces=body.nonces,
+    )
+    if body.batch_size is not None:
+        request.batch_size = body.batch_size
     return request
 
 

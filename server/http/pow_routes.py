@@ -1,7 +1,8 @@
 """`pow/init/generate`, `pow/status` and `pow/stop` (spec section 1.1): mining rounds over HTTP, started, read and
 stopped through the round control PocService drives, after the same checks (server.poc.round_params). A round's
 artifacts go to `{url}/generated` through the durable callback store and its sender, in the deployed body, as for a
-StartRound with a callback_url. One "backend" per engine instance, each named by the management port."""
+StartRound with a callback_url. One "backend" per engine instance, each named by the management port. pow/stop
+also cancels the generate jobs (server.http.generate_queue)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 from fastapi import APIRouter, Depends
 
 from server.admission import Admission
+from server.http.generate_queue import GenerateQueue
 from server.http.json_body import json_body
 from server.http.node_state import NodeState
 from server.http.pow_models import (
@@ -40,6 +42,7 @@ def pow_router(
     admission: Admission,
     instances: EngineInstances,
     port: int,
+    jobs: GenerateQueue,
 ) -> APIRouter:
     router = APIRouter(prefix="/api/v1/inference/pow")
 
@@ -88,6 +91,8 @@ def pow_router(
     @router.post("/stop", response_model=PowStopResponse, response_model_exclude_none=True)
     async def stop() -> PowStopResponse:
         living = instances.living()
+        # As deployed, pow/stop clears the generate queue too (the API node calls it as validation starts).
+        await jobs.cancel_all()
         await node.stop_poc()
         if not living:
             return PowStopResponse(message=NO_BACKENDS_TO_STOP)

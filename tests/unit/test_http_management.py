@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -19,15 +19,19 @@ from fastapi.testclient import TestClient
 
 from engine_ext.engine_calls import EngineCalls
 from server.admission import Admission
+from server.engine_failures import engine_failure
 from server.errors import Reason, ServiceError
 from server.health import HealthService
 from server.http.app import PocRouting, management_app
 from server.http.errors import HTTP_STATUS_OF_CODE
+from server.http.generate_jobs import JobEngine
+from server.http.generate_queue import GenerateQueue
 from server.http.node_routes import NodeVersions
 from server.http.node_state import NodeMode, NodeState, ServedModel
-from server.http.options import DEFAULT_MLNODE_VERSION
+from server.http.options import DEFAULT_MLNODE_VERSION, FraudThreshold
 from server.instances import EngineInstances
 from server.poc.artifact_hub import ArtifactHub
+from server.poc.callbacks import CallbackIdentity
 from server.poc.mining_round import RoundState
 from server.poc.round_control import RoundControl
 from server.poc.round_params import PocLimits, RoundParameters
@@ -53,10 +57,30 @@ class Node:
     instances: EngineInstances
     # The parameters of each round the round control asked a callback for (the artifacts' receiver).
     callbacks: list[RoundParameters]
+    jobs: GenerateQueue
+    # What the generate jobs delivered: (url, /validated body), and (url, identity, request_id, nonces) per batch.
+    validated: list[tuple[str, dict]]
+    generated: list[tuple[str, CallbackIdentity, str, list[int]]]
+
+
+class RecordedSink:
+    def __init__(self, url: str, identity: CallbackIdentity, request_id: str, into: list) -> None:
+        self._fields = (url, identity, request_id)
+        self._into = into
+
+    def add(self, nonces: Sequence[int], vectors: bytes) -> None:
+        self._into.append((*self._fields, list(nonces)))
+
+    def finish(self) -> None:
+        pass
 
 
 @contextmanager
-def node_of(*engines: StandInEngine, raise_server_exceptions: bool = True) -> Iterator[Node]:
+def node_of(
+    *engines: StandInEngine,
+    raise_server_exceptions: bool = True,
+    fraud_threshold: FraudThreshold = FraudThreshold.FLEET,
+) -> Iterator[Node]:
     engines = engines or (StandInEngine(),)
     instances = instances_of(*engines)
     admission = Admission()
@@ -77,9 +101,24 @@ def node_of(*engines: StandInEngine, raise_server_exceptions: bool = True) -> It
     )
     state = NodeState(control, instances, SERVED)
     limits = dataclasses.replace(LIMITS, instances=len(engines))
-    app = management_app(state, instances, admission, VERSIONS, MAX_BODY, PocRouting(control, limits, HTTP_PORT))
+    validated: list[tuple[str, dict]] = []
+    generated: list[tuple[str, CallbackIdentity, str, list[int]]] = []
+    jobs = GenerateQueue(
+        control.wait_until_idle, state.validation_job, lambda error: engine_failure(error, None, admission)
+    )
+    engine = JobEngine(
+        instances,
+        limits,
+        lambda url, body: validated.append((url, body)),
+        lambda url, identity, _k, request_id: RecordedSink(url, identity, request_id, generated),
+    )
+    routing = PocRouting(control, limits, HTTP_PORT, jobs, engine, fraud_threshold)
+    app = management_app(state, instances, admission, VERSIONS, MAX_BODY, routing)
     with TestClient(app, raise_server_exceptions=raise_server_exceptions) as client:
-        yield Node(client, app, state, control, admission, list(engines), instances, callbacks)
+        yield Node(
+            client, app, state, control, admission, list(engines), instances, callbacks, jobs, validated, generated
+        )
+        client.portal.call(jobs.close)
 
 
 def error_of(response) -> dict:
