@@ -17,6 +17,7 @@ from server.http.pow_routes import pow_router
 from server.http.probe_routes import probe_router
 from server.http.version_prefix import VersionPrefix
 from server.instances import EngineInstances
+from server.poc.callback_stream import CallbackSink
 from server.poc.round_control import RoundControl
 from server.poc.round_params import PocLimits
 
@@ -29,6 +30,8 @@ class PocRouting:
     limits: PocLimits
     # The management port: the deployed node names each backend, and each job id, by its port.
     port: int
+    # The pull stream's sink, for callbacks without a URL; None where the stream is not served.
+    stream: CallbackSink | None = None
 
 
 def management_app(
@@ -44,7 +47,7 @@ def management_app(
     app = FastAPI(title="gonka-mlnode management API", strict_content_type=False, openapi_url=None)
     app.include_router(probe_router(node, instances, admission))
     app.include_router(node_router(node, versions))
-    app.include_router(pow_router(node, poc.control, poc.limits, admission, instances, poc.port))
+    app.include_router(pow_router(node, poc.control, poc.limits, admission, instances, poc.port, poc.stream))
     install_error_handlers(app, admission)
     paths = [route.path for route in app.routes if isinstance(route, APIRoute)]
     # Each middleware added wraps those before it: the prefix is dropped first, then the body bound holds before

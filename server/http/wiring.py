@@ -10,6 +10,7 @@ from server.http.node_routes import NodeVersions
 from server.http.node_state import NodeState, ServedModel
 from server.http.options import HttpOptions
 from server.instances import EngineInstances
+from server.poc.callback_stream import CallbackSink
 from server.poc.round_control import RoundControl
 from server.poc.round_params import PocLimits
 
@@ -24,11 +25,13 @@ def management_server(
     vllm_version: str,
     max_body_bytes: int,
     graceful_seconds: float,
+    stream: CallbackSink | None = None,
 ) -> ManagementServer:
+    """`stream`: the pull stream's sink where it is served (server.app decides where)."""
     node = NodeState(control, instances, ServedModel(facts.served_model_name, facts.model_path))
     # Validation borrows KV blocks beside live inference wherever PoC is on (docs/poc.md).
     versions = NodeVersions(options.mlnode_version, vllm_version, poc_validation_inference=limits.enabled)
     app = management_app(
-        node, instances, admission, versions, max_body_bytes, PocRouting(control, limits, options.port)
+        node, instances, admission, versions, max_body_bytes, PocRouting(control, limits, options.port, stream)
     )
     return ManagementServer(app, options, graceful_seconds)

@@ -47,7 +47,7 @@ class RoundCallback(ArtifactSink, Protocol):
     """The delivery of the round's artifacts (server.poc.callbacks.ArtifactCallback)."""
 
     def finish(self) -> None: ...
-    def counts(self) -> RoundCounts: ...
+    def counts(self) -> RoundCounts | None: ...
 
 
 CallbackFactory = Callable[[str, RoundParameters], RoundCallback | None]
@@ -94,14 +94,16 @@ class RoundControl:
     def running(self) -> MiningRound | None:
         return self._running
 
-    async def start(self, params: RoundParameters) -> MiningRound:
+    async def start(self, params: RoundParameters, callback_factory: CallbackFactory | None = None) -> MiningRound:
+        """`callback_factory`: where this round's artifacts go instead of the server's own (the HTTP API's pull
+        stream, for a round the API node gave no URL)."""
         # No await before the round is registered: a StopRound, a status read or a shutdown at any
         # instant of StartRound finds the round, and two StartRounds cannot both find none running.
         if self._running is not None:
             raise _already_running(self._running)
         params, groups = self._groups(params)
         round_id = uuid.uuid4().hex
-        callback = self._callback_factory(round_id, params)
+        callback = (callback_factory or self._callback_factory)(round_id, params)
         sinks = [callback] if callback is not None else []
         mining = MiningRound(round_id, params, groups, self._hub, sinks)
         self._hub.open_round(round_id, params.artifacts.k_dim)
