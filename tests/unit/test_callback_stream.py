@@ -20,6 +20,8 @@ from google.protobuf import descriptor_pb2
 from engine_ext.consensus.artifact import decode_vector, encoding_metadata
 from mlnode.poc.v1 import poc_callback_stream_pb2 as stream_pb2
 from mlnode.poc.v1 import poc_callback_stream_pb2_grpc as stream_grpc
+from server.listen_port import PortUnavailable, require_port_free
+from server.options import ServerOptions, parse_server_flags
 from server.poc.callback_stream import CallbackBuffer, StreamedCallback, StreamEnd, poc_batches_path
 from server.poc.callback_stream_servicer import CallbackStreamListener
 from server.poc.callbacks import CallbackIdentity, StreamedArtifacts
@@ -38,9 +40,13 @@ async def take(stream: AsyncIterator[StreamedCallback], count: int) -> list[Stre
     return [await anext(stream) for _ in range(count)]
 
 
+async def next_of(stream: AsyncIterator[StreamedCallback]) -> StreamedCallback:
+    return await anext(stream)
+
+
 async def pending_read(stream: AsyncIterator[StreamedCallback]) -> asyncio.Task[StreamedCallback]:
     """A read of the stream that has found nothing to send after a while (it waits for a new callback)."""
-    read = asyncio.create_task(anext(stream))
+    read = asyncio.create_task(next_of(stream))
     await asyncio.sleep(QUIET_SECONDS)
     assert not read.done(), f"the stream sent {read.result() if not read.exception() else read.exception()}"
     return read
@@ -320,3 +326,39 @@ def unused_tcp_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+# --callback-stream-port
+
+
+def server_options(*argv: str) -> ServerOptions:
+    return ServerOptions.from_args(parse_server_flags("python -m server", list(argv)))
+
+
+def test_the_stream_port_is_off_unless_given_and_on_loopback_by_default() -> None:
+    http = server_options("--host", "0.0.0.0", "--http-port", "8080").http
+    assert http is not None and http.callback_stream_address is None
+    http = server_options("--host", "0.0.0.0", "--http-port", "8080", "--callback-stream-port", "8090").http
+    assert http is not None and http.callback_stream_address == "127.0.0.1:8090"
+    given = ("--http-port", "8080", "--callback-stream-port", "8090", "--callback-stream-host", "::1")
+    http = server_options(*given).http
+    assert http is not None and http.callback_stream_address == "[::1]:8090"
+
+
+def test_a_bound_stream_port_or_another_of_the_servers_ports_is_refused_before_the_engine_loads() -> None:
+    with socket.socket() as occupant:
+        occupant.bind(("127.0.0.1", 0))
+        occupant.listen()
+        taken = str(occupant.getsockname()[1])
+        with pytest.raises(PortUnavailable, match=f"127.0.0.1:{taken} is already in use"):
+            require_port_free(server_options("--port", "0", "--http-port", "9410", "--callback-stream-port", taken))
+    for flags, name in (
+        (("--port", "9411", "--http-port", "9412", "--callback-stream-port", "9411"), "--port"),
+        (("--port", "0", "--http-port", "9412", "--callback-stream-port", "9412"), "--http-port"),
+        (
+            ("--port", "0", "--http-port", "9412", "--metrics-port", "9413", "--callback-stream-port", "9413"),
+            "--metrics-port",
+        ),
+    ):
+        with pytest.raises(PortUnavailable, match=f"is the {name} port"):
+            require_port_free(server_options(*flags))
