@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ from mlnode.poc.v1 import poc_callback_stream_pb2 as stream_pb2
 from mlnode.poc.v1 import poc_callback_stream_pb2_grpc as stream_grpc
 from tests.e2e.test_security import client_tls
 from tests.support.certificates import CertificateFiles, make_certificates
+from tests.support.go_example import GOPATH_GO
+from tests.support.http_receiver import HttpReceiver
 from tests.support.server_process import SERVER_LAYER_FLAGS, ServerProcess, free_port, start_server
 
 HTTP_TIMEOUT_SECONDS = 60.0
@@ -187,6 +190,60 @@ def test_a_round_with_a_url_streams_nothing(plaintext_node: StreamNode) -> None:
             produced = stop_round(node)
         assert produced > 0
         assert drain(stub) == []
+
+
+# The Go consumer, in the shape of the API node's
+
+
+@pytest.fixture(scope="module")
+def go_consumer(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """clients/go/cmd/pocstream-consumer, built as `make go-check` builds the Go tree (GOPATH mode, offline)."""
+    binary = tmp_path_factory.mktemp("go") / "pocstream-consumer"
+    build = subprocess.run(
+        [str(GOPATH_GO), "build", "-o", str(binary), "./cmd/pocstream-consumer"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert build.returncode == 0, f"building the Go consumer failed (`make go-setup` installs Go):\n{build.stderr}"
+    return binary
+
+
+def test_the_go_consumer_forwards_every_callback_across_reconnects_after_5xx(
+    plaintext_node: StreamNode, go_consumer: Path
+) -> None:
+    node = plaintext_node
+    model = model_path(node)
+    # The handler answers 503 twice: the consumer drops the stream, backs off (1 s, then 2 s) and resumes.
+    with HttpReceiver(fail_first=2) as receiver:
+        consumer = subprocess.Popen(
+            [str(go_consumer), "--target", node.stream_target, "--forward", receiver.url, "--idle-exit", "8s"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            init_generate(node)
+            try:
+                # The path as the API node's handler sees it (unescaped once by its HTTP server).
+                handled = f"/v2/poc-batches/{quote(model, safe='')}/generated"
+                assert receiver.wait_for(lambda r: len(r.received(handled)) >= 3, CALL_TIMEOUT_SECONDS)
+            finally:
+                produced = stop_round(node)
+            stdout, stderr = consumer.communicate(timeout=CALL_TIMEOUT_SECONDS)
+        finally:
+            consumer.kill()
+        assert consumer.returncode == 0, stderr
+        summary = json.loads(stdout)
+        bodies = receiver.received(handled)
+    assert summary["forward_failures"] == 2 and summary["streams"] >= 3, (summary, stderr)
+    assert summary["acknowledged"] == len(bodies)
+    nonces = [artifact["nonce"] for body in bodies for artifact in body["artifacts"]]
+    assert len(nonces) == len(set(nonces)) == produced
+    assert all((body["public_key"], body["node_id"]) == (PUBLIC_KEY, NODE_ID) for body in bodies)
+    with grpc.insecure_channel(node.stream_target) as channel:
+        assert drain(stream_grpc.PoCCallbackStreamStub(channel)) == []  # every callback acknowledged
 
 
 # TLS on the gRPC port: the stream on its own plaintext port
