@@ -140,8 +140,9 @@ class RoundControl:
         return self._entry(round_id)[0]
 
     def callback_counts(self, round_id: str) -> RoundCounts | None:
-        """The round's callback deliveries; None without a callback_url (or for a round just forgotten, which
-        --poc-retention-s 0 allows between a StopRound's end and its answer)."""
+        """The round's callback deliveries; None without a callback_url, for a round whose artifacts go to the pull
+        stream, or for a round just forgotten (which --poc-retention-s 0 allows between a StopRound's end and its
+        answer)."""
         entry = self._rounds.get(round_id)
         callback = None if entry is None else entry[1]
         return None if callback is None else callback.counts()
