@@ -28,6 +28,7 @@ from server.auth import AuthInterceptor, Authorizer
 from server.credentials import ServerCredentials, TlsMaterial
 from server.engine_watch import watch_instances
 from server.health import HealthService
+from server.http.options import HttpOptions
 from server.http.wiring import management_server
 from server.inference_servicer import InferenceServicer
 from server.instances import EngineInstance, EngineInstances, instance_health_name
@@ -35,6 +36,9 @@ from server.metrics.exporter import ServerMetrics
 from server.options import ServerOptions
 from server.poc.batch_runner import PocBatchRunner
 from server.poc.callback_store import CallbackStore, StoreUnreadable
+from server.poc.callback_stream import CallbackBuffer
+from server.poc.callback_stream_servicer import SERVICE_NAME as CALLBACK_STREAM_SERVICE
+from server.poc.callback_stream_servicer import CallbackStreamListener, add_callback_stream
 from server.poc.gate_interceptor import GateInterceptor
 from server.poc.options import PocOptions
 from server.poc.store_lock import StoreLock
@@ -278,13 +282,28 @@ async def _serve_engines(
     add_raw_request_service(server, POC_SERVICE, poc.servicer)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     health_service = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-    enable_reflection(
-        server, (INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name, POC_SERVICE.full_name, health_service)
+    reflected: tuple[str, ...] = (
+        INFERENCE_SERVICE.full_name,
+        VALIDATION_SERVICE.full_name,
+        POC_SERVICE.full_name,
+        health_service,
     )
+    stream, stream_listener = (None, None) if options.http is None else _callback_stream(options.http, credentials)
+    if stream is not None and stream_listener is None:
+        add_callback_stream(server, stream)
+        reflected += (CALLBACK_STREAM_SERVICE,)
+    enable_reflection(server, reflected)
     try:
         _listen(server, options.address, credentials.tls)
     except RuntimeError as error:
         raise StartupError(f"cannot listen on {options.address}: {error}") from error
+    if stream_listener is not None:
+        try:
+            await stream_listener.start()
+        except RuntimeError as error:
+            raise StartupError(
+                f"cannot listen on {stream_listener.address} (--callback-stream-port): {error}"
+            ) from error
     if metrics is not None and options.metrics is not None:  # one is None exactly when the other is
         try:
             await metrics.start(engine.logs_stats)
@@ -304,6 +323,7 @@ async def _serve_engines(
             ABORT_FLUSH_SECONDS,
             poc.deliver_validated,
             poc.job_callback,
+            stream,
         )
         try:
             await http.start()
@@ -349,6 +369,11 @@ async def _serve_engines(
     # A running round stops (its forward in flight returns; subscribers get their final message) and
     # callbacks get a bounded flush; what the receivers did not take stays in the callback store.
     await poc.shutdown()
+    # After the round's last batches: the consumer's stream ends (what it has not acknowledged is lost, as deployed).
+    if stream is not None:
+        stream.close()
+    if stream_listener is not None:
+        await stream_listener.stop(ABORT_FLUSH_SECONDS)
     await _drain(instances, registry, trigger, options.shutdown_grace_seconds)
     await server.stop(grace=ABORT_FLUSH_SECONDS)
     poc.close()
@@ -357,6 +382,27 @@ async def _serve_engines(
     tokenizers.close()
     log.info("stopped")
     return trigger.exit_code
+
+
+def _callback_stream(
+    http: HttpOptions, credentials: ServerCredentials
+) -> tuple[CallbackBuffer | None, CallbackStreamListener | None]:
+    """The API node's pull stream, for rounds it gives no url, and its own listener where it has one: on
+    --callback-stream-port when given; else on the gRPC port when the API node can dial that (it speaks plaintext
+    without a token); else not served (those rounds' artifacts reach gRPC subscribers alone)."""
+    address = http.callback_stream_address
+    if address is not None:
+        buffer = CallbackBuffer()
+        return buffer, CallbackStreamListener(buffer, address)
+    if credentials.tls is None and credentials.auth_token is None:
+        log.info("pull callback stream %s on the gRPC port", CALLBACK_STREAM_SERVICE)
+        return CallbackBuffer(), None
+    log.warning(
+        "the pull callback stream is not served: the gRPC port has TLS or a token, which the API node's stream "
+        "client does not use; give --callback-stream-port (plaintext, %s by default) to serve it",
+        http.callback_stream_host,
+    )
+    return None, None
 
 
 def _listen(server: grpc.aio.Server, address: str, tls: TlsMaterial | None) -> None:

@@ -21,6 +21,7 @@ from server.http.pow_routes import pow_router
 from server.http.probe_routes import probe_router
 from server.http.version_prefix import VersionPrefix
 from server.instances import EngineInstances
+from server.poc.callback_stream import CallbackSink
 from server.poc.round_control import RoundControl
 from server.poc.round_params import PocLimits
 
@@ -37,6 +38,8 @@ class PocRouting:
     jobs: GenerateQueue
     engine: JobEngine
     fraud_threshold: FraudThreshold
+    # The pull stream's sink, for callbacks without a URL; None where the stream is not served.
+    stream: CallbackSink | None = None
 
 
 def management_app(
@@ -52,7 +55,7 @@ def management_app(
     app = FastAPI(title="gonka-mlnode management API", strict_content_type=False, openapi_url=None)
     app.include_router(probe_router(node, instances, admission))
     app.include_router(node_router(node, versions, poc.jobs))
-    app.include_router(pow_router(node, poc.control, poc.limits, admission, instances, poc.port, poc.jobs))
+    app.include_router(pow_router(node, poc.control, poc.limits, admission, instances, poc.port, poc.jobs, poc.stream))
     app.include_router(generate_router(node, poc.jobs, poc.engine, admission, poc.port, poc.fraud_threshold))
     install_error_handlers(app, admission)
     paths = [route.path for route in app.routes if isinstance(route, APIRoute)]

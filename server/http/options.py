@@ -11,6 +11,8 @@ from server.metrics.options import parse_port
 # The MLNode release whose API this server answers as: the API node gates features on it (the pull callback
 # stream from 3.0.14 on, spec section 6).
 DEFAULT_MLNODE_VERSION = "3.1.0"
+# The pull stream's own port, where it has one, is plaintext: loopback unless the host says otherwise.
+DEFAULT_CALLBACK_STREAM_HOST = "127.0.0.1"
 
 
 class FraudThreshold(enum.Enum):
@@ -29,11 +31,19 @@ class HttpOptions:
     port: int
     mlnode_version: str = DEFAULT_MLNODE_VERSION
     fraud_threshold: FraudThreshold = FraudThreshold.FLEET
+    # The pull stream's own plaintext port (--callback-stream-port); None: the gRPC port serves it, where it can.
+    callback_stream_port: int | None = None
+    callback_stream_host: str = DEFAULT_CALLBACK_STREAM_HOST
 
     @property
     def address(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return _address(self.host, self.port)
+
+    @property
+    def callback_stream_address(self) -> str | None:
+        if self.callback_stream_port is None:
+            return None
+        return _address(self.callback_stream_host, self.callback_stream_port)
 
 
 def add_http_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +74,21 @@ def add_http_arguments(parser: argparse.ArgumentParser) -> None:
         help="the p-value below which an HTTP validation job judges fraud: fleet, 0.01 whatever the API node sends, "
         "as the deployed ML node decides; caller, the API node's p_value_threshold (default: %(default)s)",
     )
+    group.add_argument(
+        "--callback-stream-port",
+        type=parse_port,
+        default=None,
+        metavar="PORT",
+        help="with --http-port: serve the API node's pull stream mlnode.poc.v1.PoCCallbackStream (the callbacks of "
+        "rounds it gives no url) in plaintext on this port of --callback-stream-host (default: on the gRPC port when "
+        "that runs without TLS and without a token; not served otherwise)",
+    )
+    group.add_argument(
+        "--callback-stream-host",
+        default=DEFAULT_CALLBACK_STREAM_HOST,
+        metavar="HOST",
+        help="address the pull stream listens on, with --callback-stream-port (default: %(default)s)",
+    )
 
 
 def http_options_from(namespace: argparse.Namespace) -> HttpOptions | None:
@@ -71,8 +96,17 @@ def http_options_from(namespace: argparse.Namespace) -> HttpOptions | None:
     if namespace.http_port is None:
         return None
     return HttpOptions(
-        namespace.host, namespace.http_port, namespace.mlnode_version, FraudThreshold(namespace.fraud_threshold)
+        namespace.host,
+        namespace.http_port,
+        namespace.mlnode_version,
+        FraudThreshold(namespace.fraud_threshold),
+        namespace.callback_stream_port,
+        namespace.callback_stream_host,
     )
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _semver(text: str) -> str:

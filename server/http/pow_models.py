@@ -35,7 +35,7 @@ class InitGenerateBody(pydantic.BaseModel):
     node_id: INT32
     node_count: INT32
     params: PocParamsBody
-    # The API node's callback base: artifacts go to {url}/generated. Absent: the pull stream takes them (later).
+    # The API node's callback base: artifacts go to {url}/generated. Absent or empty: the pull stream takes them.
     url: str = ""
     poc_stronger_rng: bool = False
     # The API node omits it (the deployed node defaults it to 32, as server.poc.round_params does).

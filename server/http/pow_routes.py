@@ -1,8 +1,9 @@
 """`pow/init/generate`, `pow/status` and `pow/stop` (spec section 1.1): mining rounds over HTTP, started, read and
 stopped through the round control PocService drives, after the same checks (server.poc.round_params). A round's
 artifacts go to `{url}/generated` through the durable callback store and its sender, in the deployed body, as for a
-StartRound with a callback_url. One "backend" per engine instance, each named by the management port. pow/stop
-also cancels the generate jobs (server.http.generate_queue)."""
+StartRound with a callback_url; without `url` (or with an empty one), to the pull stream's sink
+(server.poc.callback_stream), where it is served. One "backend" per engine instance, each named by the management
+port. pow/stop also cancels the generate jobs (server.http.generate_queue)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,8 @@ from server.http.pow_models import (
 )
 from server.http.pow_requests import start_round_request
 from server.instances import EngineInstances
+from server.poc.callback_stream import CallbackSink
+from server.poc.callbacks import streamed_round
 from server.poc.round_control import RoundControl
 from server.poc.round_params import PocLimits, require_poc_enabled, round_parameters
 
@@ -43,7 +46,10 @@ def pow_router(
     instances: EngineInstances,
     port: int,
     jobs: GenerateQueue,
+    stream: CallbackSink | None = None,
 ) -> APIRouter:
+    """`stream`: the pull stream's sink, for rounds without `url`; None where the stream is not served (such a round's
+    artifacts then reach gRPC subscribers alone)."""
     router = APIRouter(prefix="/api/v1/inference/pow")
 
     @router.post("/init/generate", response_model=InitGenerateResponse, response_model_exclude_none=False)
@@ -67,8 +73,14 @@ def pow_router(
                 results=[],
                 errors=errors,
             )
-        mining = await control.start(params)
-        log.info("round %s started by pow/init/generate (callbacks to %s)", mining.round_id, body.url or "nobody")
+        # The callback path names the model as the API node sent it (its own callback URL would carry that name).
+        streamed = streamed_round(stream, body.params.model) if not body.url and stream is not None else None
+        mining = await control.start(params, streamed)
+        log.info(
+            "round %s started by pow/init/generate (callbacks to %s)",
+            mining.round_id,
+            body.url or ("the pull stream" if streamed else "nobody"),
+        )
         return InitGenerateResponse(
             status="OK",
             backends=len(mining.groups),

@@ -14,6 +14,7 @@ from server.http.node_state import NodeState, ServedModel
 from server.http.options import HttpOptions
 from server.instances import EngineInstances
 from server.poc.artifact_validation import ValidatedCallback
+from server.poc.callback_stream import CallbackSink
 from server.poc.round_control import RoundControl
 from server.poc.round_params import PocLimits
 
@@ -30,9 +31,11 @@ def management_server(
     graceful_seconds: float,
     deliver_validated: ValidatedCallback,
     generated_callback: GeneratedCallback,
+    stream: CallbackSink | None = None,
 ) -> ManagementServer:
     """`deliver_validated`, `generated_callback`: the generate jobs' callbacks through the durable store
-    (PocComponents.deliver_validated, PocComponents.job_callback)."""
+    (PocComponents.deliver_validated, PocComponents.job_callback). `stream`: the pull stream's sink where it is
+    served (server.app decides where)."""
     node = NodeState(control, instances, ServedModel(facts.served_model_name, facts.model_path))
     jobs = GenerateQueue(
         control.wait_until_idle, node.validation_job, lambda error: engine_failure(error, None, admission)
@@ -40,7 +43,7 @@ def management_server(
     engine = JobEngine(instances, limits, deliver_validated, generated_callback)
     # Validation borrows KV blocks beside live inference wherever PoC is on (docs/poc.md).
     versions = NodeVersions(options.mlnode_version, vllm_version, poc_validation_inference=limits.enabled)
-    routing = PocRouting(control, limits, options.port, jobs, engine, options.fraud_threshold)
+    routing = PocRouting(control, limits, options.port, jobs, engine, options.fraud_threshold, stream)
     app = management_app(node, instances, admission, versions, max_body_bytes, routing)
     # The jobs end before PoC shuts down (the server stops this listener first).
     return ManagementServer(app, options, graceful_seconds, on_stop=jobs.close)

@@ -47,7 +47,7 @@ class RoundCallback(ArtifactSink, Protocol):
     """The delivery of the round's artifacts (server.poc.callbacks.ArtifactCallback)."""
 
     def finish(self) -> None: ...
-    def counts(self) -> RoundCounts: ...
+    def counts(self) -> RoundCounts | None: ...
 
 
 CallbackFactory = Callable[[str, RoundParameters], RoundCallback | None]
@@ -102,14 +102,16 @@ class RoundControl:
         while self._running is not None:
             await self._idle.wait()
 
-    async def start(self, params: RoundParameters) -> MiningRound:
+    async def start(self, params: RoundParameters, callback_factory: CallbackFactory | None = None) -> MiningRound:
+        """`callback_factory`: where this round's artifacts go instead of the server's own (the HTTP API's pull
+        stream, for a round the API node gave no URL)."""
         # No await before the round is registered: a StopRound, a status read or a shutdown at any
         # instant of StartRound finds the round, and two StartRounds cannot both find none running.
         if self._running is not None:
             raise _already_running(self._running)
         params, groups = self._groups(params)
         round_id = uuid.uuid4().hex
-        callback = self._callback_factory(round_id, params)
+        callback = (callback_factory or self._callback_factory)(round_id, params)
         sinks = [callback] if callback is not None else []
         mining = MiningRound(round_id, params, groups, self._hub, sinks)
         self._hub.open_round(round_id, params.artifacts.k_dim)
@@ -147,8 +149,9 @@ class RoundControl:
         return self._entry(round_id)[0]
 
     def callback_counts(self, round_id: str) -> RoundCounts | None:
-        """The round's callback deliveries; None without a callback_url (or for a round just forgotten, which
-        --poc-retention-s 0 allows between a StopRound's end and its answer)."""
+        """The round's callback deliveries; None without a callback_url, for a round whose artifacts go to the pull
+        stream, or for a round just forgotten (which --poc-retention-s 0 allows between a StopRound's end and its
+        answer)."""
         entry = self._rounds.get(round_id)
         callback = None if entry is None else entry[1]
         return None if callback is None else callback.counts()

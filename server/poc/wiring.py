@@ -85,11 +85,13 @@ class PocComponents:
     def _round_callback(self, round_id: str, params: RoundParameters) -> ArtifactCallback | None:
         if not params.callback_url:
             return None
-        identity = CallbackIdentity(
-            params.artifacts.public_key, params.artifacts.block_hash, params.block_height, params.node_id
-        )
         return ArtifactCallback(
-            params.callback_url, identity, params.artifacts.k_dim, round_id, self.store, self.sender.flush
+            params.callback_url,
+            CallbackIdentity.of_round(params),
+            params.artifacts.k_dim,
+            round_id,
+            self.store,
+            self.sender.flush,
         )
 
 
