@@ -14,7 +14,8 @@ class PortUnavailable(RuntimeError):
 
 def require_port_free(options: ServerOptions) -> None:
     """Fails in a fraction of a second instead of after vLLM's import and the engine's start: the
-    gRPC address, the metrics endpoint's when --metrics-port is given, the management API's when --http-port is."""
+    gRPC address, the metrics endpoint's when --metrics-port is given, the management API's when --http-port is,
+    the inference port's when --inference-port is."""
     _require_free(options.host, options.port, options.address)
     metrics = options.metrics
     if metrics is not None:
@@ -28,6 +29,16 @@ def require_port_free(options: ServerOptions) -> None:
         if metrics is not None and http.port == metrics.port:
             raise PortUnavailable(f"--http-port {http.port} is the metrics port (--metrics-port): give it its own")
         _require_free(http.host, http.port, http.address)
+    inference = options.inference
+    if inference is not None:
+        taken = {options.port: "the gRPC port (--port)"}
+        if metrics is not None:
+            taken[metrics.port] = "the metrics port (--metrics-port)"
+        if http is not None:
+            taken[http.port] = "the management port (--http-port)"
+        if inference.port in taken:
+            raise PortUnavailable(f"--inference-port {inference.port} is {taken[inference.port]}: give it its own")
+        _require_free(inference.host, inference.port, inference.address)
 
 
 def _require_free(host: str, port: int, address: str) -> None:
