@@ -108,12 +108,17 @@ def _fill_sampling(
     request: pb.GenerateRequest, body: SamplingFields, max_tokens: int | None, facts: ModelFacts
 ) -> None:
     sampling = request.sampling
+    # An unset field takes the model's default, as vLLM's OpenAI server gives it (the engine's own is neutral).
+    defaults = dict(facts.sampling_defaults)
     for name in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty", "repetition_penalty"):
         value = getattr(body, name)
+        if value is None:
+            value = defaults.get(name)
         if value is not None:
             setattr(sampling, name, value)
-    if body.top_k is not None:
-        sampling.top_k = max(-1, min(body.top_k, INT32_MAX))
+    top_k = body.top_k if body.top_k is not None else defaults.get("top_k")
+    if top_k is not None:
+        sampling.top_k = max(-1, min(int(top_k), INT32_MAX))
     if body.seed is not None:
         sampling.seed = body.seed
     if max_tokens is not None:

@@ -67,6 +67,16 @@ def test_a_chat_body_becomes_the_contracts_request_with_vllms_names() -> None:
     assert not chat().sampling.HasField("max_tokens") and not chat().HasField("logprobs")
 
 
+def test_unset_sampling_fields_take_the_models_defaults_as_vllms_server_gives_them() -> None:
+    facts = ModelFacts(**{**FACTS.__dict__, "sampling_defaults": (("temperature", 0.7), ("top_k", 20))})
+    body = ChatCompletionBody.model_validate({"messages": MESSAGES})
+    defaulted = chat_request(body, "r", facts).sampling
+    assert (defaulted.temperature, defaulted.top_k) == (pytest.approx(0.7), 20)
+    assert not defaulted.HasField("top_p")
+    given = chat_request(ChatCompletionBody.model_validate({"messages": MESSAGES, "temperature": 0}), "r", facts)
+    assert given.sampling.temperature == 0 and given.sampling.top_k == 20
+
+
 def test_completions_take_one_prompt_as_text_or_ids_with_vllms_default_of_16_tokens() -> None:
     text = completion_request(CompletionBody.model_validate({"prompt": "hello"}), "r", FACTS)
     assert (text.text, text.sampling.max_tokens) == ("hello", 16)
