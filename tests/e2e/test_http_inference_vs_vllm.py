@@ -19,8 +19,8 @@ from tests.support.server_process import SERVER_LAYER_FLAGS, engine_environment,
 TIMEOUT_SECONDS = 120.0
 VLLM_START_SECONDS = 600.0
 EMBEDDED_NAME = "qwen3-tiny-embedded"
-GREEDY = {"temperature": 0.0, "max_tokens": 6, "ignore_eos": True, "return_token_ids": True}
-CHAT = [
+GREEDY: dict[str, Any] = {"temperature": 0.0, "max_tokens": 6, "ignore_eos": True, "return_token_ids": True}
+CHAT: list[dict[str, Any]] = [
     {"messages": [{"role": "user", "content": "Name three colours."}]},
     {
         "messages": [
@@ -32,8 +32,8 @@ CHAT = [
     },
     {"messages": [{"role": "user", "content": "Think."}], "chat_template_kwargs": {"enable_thinking": False}},
 ]
-COMPLETIONS = [{"prompt": "The quick brown fox"}, {"prompt": [9707, 1879, 11, 419]}]
-TOKENIZE = [{"prompt": "The quick brown fox"}, {"messages": CHAT[1]["messages"]}]
+COMPLETIONS: list[dict[str, Any]] = [{"prompt": "The quick brown fox"}, {"prompt": [9707, 1879, 11, 419]}]
+TOKENIZE: list[dict[str, Any]] = [{"prompt": "The quick brown fox"}, {"messages": CHAT[1]["messages"]}]
 
 
 def counts(usage: dict[str, Any]) -> tuple[int, int, int]:
