@@ -222,7 +222,9 @@ def test_a_running_round_is_503_on_the_inference_port_until_it_ends(node: Node) 
         with pytest.raises(openai.APIStatusError) as refused:
             chat(node, max_tokens=2)
         assert refused.value.status_code == 503
-        assert refused.value.response.json()["error"]["code"] == 503
+        # The gate's own refusal, as gRPC's Generate gets it.
+        assert refused.value.response.json()["error"]["type"] == "POC_IN_PROGRESS"
+        assert int(refused.value.response.headers["retry-after"]) >= 1
     finally:
         node.client.poc.stop_round(started.round_id, timeout=HTTP_TIMEOUT_SECONDS)
     assert len(chat(node, max_tokens=2).choices[0].message.content or "x") > 0
