@@ -7,6 +7,8 @@ bad bodies refused with a JSON error while the server serves on. The same endpoi
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -263,3 +265,43 @@ def test_bad_bodies_are_json_errors_and_the_port_serves_on(node: Node) -> None:
     bare = node.port.post(path, content=b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}')
     assert bare.status_code == 200, bare.text
     assert chat(node, max_tokens=1).usage.completion_tokens == 1
+
+
+def long_stream(node: Node) -> dict[str, Any]:
+    return {
+        "model": node.model.served_model_name,
+        "messages": MESSAGES,
+        "max_tokens": 4000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+
+
+def wait_for_no_streams(node: Node) -> None:
+    deadline = time.monotonic() + 30
+    while node.client.server_status().active_streams:
+        assert time.monotonic() < deadline, "the engine request outlived its HTTP stream"
+        time.sleep(0.2)
+
+
+def test_a_stream_the_client_leaves_is_aborted_on_the_engine(node: Node) -> None:
+    with node.port.stream("POST", "/v1/chat/completions", json=long_stream(node)) as events:
+        lines = events.iter_lines()
+        assert next(line for line in lines if line.startswith("data: {"))
+        assert node.client.server_status().active_streams == 1
+    wait_for_no_streams(node)
+
+
+def test_a_round_that_starts_mid_stream_ends_it_with_an_error_event(node: Node) -> None:
+    with node.port.stream("POST", "/v1/chat/completions", json=long_stream(node)) as events:
+        lines = events.iter_lines()
+        assert next(line for line in lines if line.startswith("data: {"))
+        started = node.client.poc.start_round(model=node.model.served_model_name, **ROUND, timeout=HTTP_TIMEOUT_SECONDS)
+        try:
+            rest = [line for line in lines if line.startswith("data: ")]
+        finally:
+            node.client.poc.stop_round(started.round_id, timeout=HTTP_TIMEOUT_SECONDS)
+    assert rest[-1] == "data: [DONE]"
+    error = json.loads(rest[-2].removeprefix("data: "))["error"]
+    assert (error["type"], error["code"]) == ("POC_PREEMPTED", 503)
+    wait_for_no_streams(node)
