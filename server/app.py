@@ -29,7 +29,7 @@ from server.credentials import ServerCredentials, TlsMaterial
 from server.engine_watch import watch_instances
 from server.health import HealthService
 from server.http.options import HttpOptions
-from server.http.wiring import management_server
+from server.http.wiring import InferencePath, http_servers
 from server.inference_servicer import InferenceServicer
 from server.instances import EngineInstance, EngineInstances, instance_health_name
 from server.metrics.exporter import ServerMetrics
@@ -259,7 +259,8 @@ async def _serve_engines(
         options.poc,
         store,
     )
-    translator = RequestTranslator(facts, PromptReader(facts, limits, tokenizers))
+    prompts = PromptReader(facts, limits, tokenizers)
+    translator = RequestTranslator(facts, prompts)
     versions = pb.Versions(**component_versions(), grpc=grpc.__version__)
     servicer = InferenceServicer(
         instances, facts, limits, options.max_request_bytes, translator, registry, admission, versions, authorizer
@@ -309,33 +310,34 @@ async def _serve_engines(
             await metrics.start(engine.logs_stats)
         except OSError as error:
             raise StartupError(f"cannot listen on {options.metrics.address} (--metrics-port): {error}") from error
-    http = None
-    if options.http is not None:
-        http = management_server(
-            options.http,
-            instances,
-            admission,
-            poc.control,
-            facts,
-            poc.limits,
-            versions.vllm,
-            options.max_request_bytes,
-            ABORT_FLUSH_SECONDS,
-            poc.deliver_validated,
-            poc.job_callback,
-            stream,
-        )
+    http = http_servers(
+        options.http,
+        options.inference,
+        instances,
+        admission,
+        poc.control,
+        facts,
+        poc.limits,
+        InferencePath(translator, prompts, registry),
+        versions.vllm,
+        options.max_request_bytes,
+        ABORT_FLUSH_SECONDS,
+        poc.deliver_validated,
+        poc.job_callback,
+        stream,
+    )
+    for listener in http:
         try:
-            await http.start()
+            await listener.start()
         except OSError as error:
-            raise StartupError(f"cannot listen on {options.http.address} (--http-port): {error}") from error
-        if credentials.tls is not None or credentials.auth_token is not None:
-            # The API node speaks plain HTTP without a token to its ML nodes (docs/http-api.md).
-            log.warning(
-                "the management API on %s is plain HTTP without a token: TLS and the auth token protect the gRPC "
-                "port alone; let only the API node reach --http-port",
-                options.http.address,
-            )
+            raise StartupError(f"cannot listen on {listener.address} ({listener.flag}): {error}") from error
+    if http and (credentials.tls is not None or credentials.auth_token is not None):
+        # The API node speaks plain HTTP without a token to its ML nodes (docs/http-api.md).
+        log.warning(
+            "the HTTP ports (%s) are plain HTTP without a token: TLS and the auth token protect the gRPC port "
+            "alone; let only the API node reach them",
+            ", ".join(listener.address for listener in http),
+        )
     freeze_startup_heap()
     cache_vllm_environment()
     await server.start()
@@ -364,8 +366,8 @@ async def _serve_engines(
     admission.close()
     await health.enter_graceful_shutdown()
     # Before PoC stops: no HTTP request starts work after this; those in flight get the flush grace.
-    if http is not None:
-        await http.stop()
+    for listener in http:
+        await listener.stop()
     # A running round stops (its forward in flight returns; subscribers get their final message) and
     # callbacks get a bounded flush; what the receivers did not take stays in the callback store.
     await poc.shutdown()

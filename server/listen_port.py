@@ -15,7 +15,7 @@ class PortUnavailable(RuntimeError):
 def require_port_free(options: ServerOptions) -> None:
     """Fails in a fraction of a second instead of after vLLM's import and the engine's start: the
     gRPC address, the metrics endpoint's when --metrics-port is given, the management API's when --http-port is,
-    the pull stream's when --callback-stream-port is too."""
+    the pull stream's when --callback-stream-port is too, the inference port's when --inference-port is."""
     _require_free(options.host, options.port, options.address)
     metrics = options.metrics
     if metrics is not None:
@@ -40,6 +40,16 @@ def require_port_free(options: ServerOptions) -> None:
                     "port: give it a port of its own"
                 )
             _require_free(http.callback_stream_host, http.callback_stream_port, stream_address)
+    inference = options.inference
+    if inference is not None:
+        taken = {options.port: "the gRPC port (--port)"}
+        if metrics is not None:
+            taken[metrics.port] = "the metrics port (--metrics-port)"
+        if http is not None:
+            taken[http.port] = "the management port (--http-port)"
+        if inference.port in taken:
+            raise PortUnavailable(f"--inference-port {inference.port} is {taken[inference.port]}: give it its own")
+        _require_free(inference.host, inference.port, inference.address)
 
 
 def _require_free(host: str, port: int, address: str) -> None:

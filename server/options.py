@@ -12,7 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
-from server.http.options import HttpOptions, add_http_arguments, http_options_from
+from server.http.options import (
+    HttpOptions,
+    InferencePortOptions,
+    add_http_arguments,
+    http_options_from,
+    inference_port_options_from,
+)
 from server.metrics.options import MetricsOptions, add_metrics_arguments, metrics_options_from
 from server.poc.options import PocOptions, add_poc_arguments, default_callback_store, poc_options_from
 
@@ -79,6 +85,8 @@ class ServerOptions:
     metrics: MetricsOptions | None = None
     # None: no HTTP management API (--http-port not given).
     http: HttpOptions | None = None
+    # None: no OpenAI-style inference port (--inference-port not given).
+    inference: InferencePortOptions | None = None
 
     @property
     def callback_store(self) -> Path:
@@ -114,6 +122,7 @@ class ServerOptions:
             poc=poc_options_from(args),
             metrics=metrics_options_from(args),
             http=http_options_from(args),
+            inference=inference_port_options_from(args),
         )
 
 

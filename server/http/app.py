@@ -14,6 +14,7 @@ from server.http.errors import install_error_handlers
 from server.http.generate_jobs import JobEngine
 from server.http.generate_queue import GenerateQueue
 from server.http.generate_routes import generate_router
+from server.http.inference_routes import InferenceObjects, inference_router
 from server.http.node_routes import NodeVersions, node_router
 from server.http.node_state import NodeState
 from server.http.options import FraudThreshold
@@ -49,6 +50,7 @@ def management_app(
     versions: NodeVersions,
     max_body_bytes: int,
     poc: PocRouting,
+    inference: InferenceObjects | None = None,
 ) -> FastAPI:
     # strict_content_type off: bodies are read as JSON whatever their Content-Type (server.http.json_body reads
     # them itself; this keeps FastAPI's own parsing, where a route uses it, to the same rule).
@@ -57,6 +59,9 @@ def management_app(
     app.include_router(node_router(node, versions, poc.jobs))
     app.include_router(pow_router(node, poc.control, poc.limits, admission, instances, poc.port, poc.jobs, poc.stream))
     app.include_router(generate_router(node, poc.jobs, poc.engine, admission, poc.port, poc.fraud_threshold))
+    if inference is not None:
+        # The deployed node proxies /v1/* on this port to its backends (spec section 0).
+        app.include_router(inference_router(inference))
     install_error_handlers(app, admission)
     paths = [route.path for route in app.routes if isinstance(route, APIRoute)]
     # Each middleware added wraps those before it: the prefix is dropped first, then the body bound holds before

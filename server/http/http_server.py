@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterator
 import uvicorn
 from fastapi import FastAPI
 
-from server.http.options import HttpOptions
+from server.http.options import HttpOptions, InferencePortOptions
 
 log = logging.getLogger(__name__)
 
@@ -31,13 +31,18 @@ class ManagementServer:
     def __init__(
         self,
         app: FastAPI,
-        options: HttpOptions,
+        options: HttpOptions | InferencePortOptions,
         graceful_seconds: float,
+        label: str = "management API",
+        flag: str = "--http-port",
         on_stop: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """`on_stop`: awaited once the listener has stopped (the application's own background work ends there)."""
         self._options = options
         self._on_stop = on_stop
+        # What the listener serves, and the flag that asked for it (in its log line and start-up errors).
+        self.label = label
+        self.flag = flag
         config = uvicorn.Config(
             app,
             # log_config None: uvicorn leaves the server's logging configuration alone.
@@ -62,13 +67,13 @@ class ManagementServer:
             family=socket.AF_INET6 if ":" in self._options.host else socket.AF_INET,
             reuse_port=False,
         )
-        self._task = asyncio.create_task(self._server.serve(sockets=[listener]), name="http-management-api")
+        self._task = asyncio.create_task(self._server.serve(sockets=[listener]), name=f"http {self.label}")
         while not self._server.started:
             if self._task.done():
                 self._task.result()  # its failure, if it raised one
-                raise OSError(f"the management API on {self.address} ended before it served")
+                raise OSError(f"the {self.label} on {self.address} ended before it served")
             await asyncio.sleep(0.01)
-        log.info("management API on http://%s (plain HTTP, no token: docs/http-api.md)", self.address)
+        log.info("%s on http://%s (plain HTTP, no token: docs/http-api.md)", self.label, self.address)
 
     async def stop(self) -> None:
         """Stops accepting, lets requests in flight finish within the grace, then cancels what remains."""

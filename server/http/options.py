@@ -46,6 +46,19 @@ class HttpOptions:
         return _address(self.callback_stream_host, self.callback_stream_port)
 
 
+@dataclass(frozen=True)
+class InferencePortOptions:
+    """The OpenAI-style inference port (--inference-port), on the gRPC server's --host."""
+
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{host}:{self.port}"
+
+
 def add_http_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "http",
@@ -58,6 +71,15 @@ def add_http_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PORT",
         help="serve the management API (/api/v1/state, stop, inference/up, health, ...) over plain HTTP on the "
         "server's --host at this port, beside the gRPC server and on the same engine (default: no HTTP API)",
+    )
+    group.add_argument(
+        "--inference-port",
+        type=parse_port,
+        default=None,
+        metavar="PORT",
+        help="serve the OpenAI-style inference API (/v1/chat/completions, /v1/completions, /v1/models, /tokenize, "
+        "/health) over plain HTTP on the server's --host at this port, on the same engine and PoC gate as the gRPC "
+        "InferenceService (default: none; the management port serves /v1/* too)",
     )
     group.add_argument(
         "--mlnode-version",
@@ -103,6 +125,13 @@ def http_options_from(namespace: argparse.Namespace) -> HttpOptions | None:
         namespace.callback_stream_port,
         namespace.callback_stream_host,
     )
+
+
+def inference_port_options_from(namespace: argparse.Namespace) -> InferencePortOptions | None:
+    """None without --inference-port."""
+    if namespace.inference_port is None:
+        return None
+    return InferencePortOptions(namespace.host, namespace.inference_port)
 
 
 def _address(host: str, port: int) -> str:

@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 
 from server.http.http_server import ManagementServer
-from server.http.options import DEFAULT_MLNODE_VERSION, FraudThreshold, HttpOptions
+from server.http.options import DEFAULT_MLNODE_VERSION, FraudThreshold, HttpOptions, InferencePortOptions
 from server.listen_port import PortUnavailable, require_port_free
 from server.options import ServerOptions, parse_server_flags
 from tests.support.server_process import REPO_ROOT
@@ -70,6 +70,25 @@ def test_a_bound_http_port_or_one_of_the_servers_other_ports_is_refused_before_t
         require_port_free(options("--port", "9400", "--http-port", "9400"))
     with pytest.raises(PortUnavailable, match="is the metrics port"):
         require_port_free(options("--port", "0", "--metrics-port", "9401", "--http-port", "9401"))
+
+
+def test_the_inference_port_is_off_unless_given_and_needs_no_management_port() -> None:
+    assert options("--http-port", "8080").inference is None
+    alone = options("--host", "::1", "--inference-port", "5050")
+    assert (alone.inference, alone.http) == (InferencePortOptions("::1", 5050), None)
+    assert alone.inference is not None and alone.inference.address == "[::1]:5050"
+
+
+def test_the_inference_port_may_share_no_port_with_the_servers_others() -> None:
+    for taken, name in (
+        ("--port", "the gRPC port"),
+        ("--metrics-port", "the metrics port"),
+        ("--http-port", "the management port"),
+    ):
+        flags = ["--port", "9410", "--metrics-port", "9411", "--http-port", "9412"]
+        port = flags[flags.index(taken) + 1]
+        with pytest.raises(PortUnavailable, match=f"--inference-port {port} is {name}"):
+            require_port_free(options(*flags, "--inference-port", port))
 
 
 def test_the_flags_import_no_web_framework() -> None:
