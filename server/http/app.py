@@ -7,14 +7,18 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from prometheus_client import CollectorRegistry
 
 from server.admission import Admission
 from server.http.body_limit import BodyLimit
 from server.http.errors import install_error_handlers
+from server.http.gpu_routes import gpu_router
+from server.http.metrics_routes import metrics_router
 from server.http.node_routes import NodeVersions, node_router
 from server.http.node_state import NodeState
 from server.http.pow_routes import pow_router
 from server.http.probe_routes import probe_router
+from server.http.unbuilt_routes import unbuilt_router
 from server.http.version_prefix import VersionPrefix
 from server.instances import EngineInstances
 from server.poc.round_control import RoundControl
@@ -38,13 +42,18 @@ def management_app(
     versions: NodeVersions,
     max_body_bytes: int,
     poc: PocRouting,
+    metrics: CollectorRegistry,
 ) -> FastAPI:
+    """`metrics`: the server's Prometheus registry (server.metrics.exporter.ServerMetrics)."""
     # strict_content_type off: bodies are read as JSON whatever their Content-Type (server.http.json_body reads
     # them itself; this keeps FastAPI's own parsing, where a route uses it, to the same rule).
     app = FastAPI(title="gonka-mlnode management API", strict_content_type=False, openapi_url=None)
     app.include_router(probe_router(node, instances, admission))
     app.include_router(node_router(node, versions))
     app.include_router(pow_router(node, poc.control, poc.limits, admission, instances, poc.port))
+    app.include_router(metrics_router(metrics))
+    app.include_router(gpu_router())
+    app.include_router(unbuilt_router())
     install_error_handlers(app, admission)
     paths = [route.path for route in app.routes if isinstance(route, APIRoute)]
     # Each middleware added wraps those before it: the prefix is dropped first, then the body bound holds before

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from prometheus_client import CollectorRegistry
+
 from engine_ext.model_facts import ModelFacts
 from server.admission import Admission
 from server.http.app import PocRouting, management_app
@@ -24,11 +26,12 @@ def management_server(
     vllm_version: str,
     max_body_bytes: int,
     graceful_seconds: float,
+    metrics: CollectorRegistry,
 ) -> ManagementServer:
     node = NodeState(control, instances, ServedModel(facts.served_model_name, facts.model_path))
     # Validation borrows KV blocks beside live inference wherever PoC is on (docs/poc.md).
     versions = NodeVersions(options.mlnode_version, vllm_version, poc_validation_inference=limits.enabled)
     app = management_app(
-        node, instances, admission, versions, max_body_bytes, PocRouting(control, limits, options.port)
+        node, instances, admission, versions, max_body_bytes, PocRouting(control, limits, options.port), metrics
     )
     return ManagementServer(app, options, graceful_seconds)

@@ -16,6 +16,7 @@ import grpc
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
 
 from engine_ext.engine_calls import EngineCalls
 from server.admission import Admission
@@ -56,8 +57,12 @@ class Node:
 
 
 @contextmanager
-def node_of(*engines: StandInEngine, raise_server_exceptions: bool = True) -> Iterator[Node]:
+def node_of(
+    *engines: StandInEngine, raise_server_exceptions: bool = True, metrics: CollectorRegistry | None = None
+) -> Iterator[Node]:
+    """`metrics`: the registry /api/v1/metrics serves (an empty one by default)."""
     engines = engines or (StandInEngine(),)
+    metrics = metrics or CollectorRegistry()
     instances = instances_of(*engines)
     admission = Admission()
     callbacks: list[RoundParameters] = []
@@ -77,7 +82,9 @@ def node_of(*engines: StandInEngine, raise_server_exceptions: bool = True) -> It
     )
     state = NodeState(control, instances, SERVED)
     limits = dataclasses.replace(LIMITS, instances=len(engines))
-    app = management_app(state, instances, admission, VERSIONS, MAX_BODY, PocRouting(control, limits, HTTP_PORT))
+    app = management_app(
+        state, instances, admission, VERSIONS, MAX_BODY, PocRouting(control, limits, HTTP_PORT), metrics
+    )
     with TestClient(app, raise_server_exceptions=raise_server_exceptions) as client:
         yield Node(client, app, state, control, admission, list(engines), instances, callbacks)
 

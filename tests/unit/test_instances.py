@@ -11,6 +11,7 @@ from grpc_health.v1 import health_pb2
 
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.errors import EngineDead
+from engine_ext.step_progress import ProgressSample
 from server.admission import Admission
 from server.engine_watch import watch_instances
 from server.health import HealthService
@@ -25,6 +26,9 @@ class StandInEngine:
     def __init__(self) -> None:
         self.errored = False
         self.calls = EngineCalls(timeout_seconds=30, stuck_after_seconds=0.05)
+
+    def step_progress(self) -> ProgressSample:
+        return ProgressSample(output_batches=0, unfinished_requests=0)
 
     def stick(self) -> None:
         """A call into it that never returns (stuck once it is older than stuck_after_seconds)."""
