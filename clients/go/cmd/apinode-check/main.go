@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 )
 
@@ -70,6 +71,7 @@ func names() string {
 	for name := range commands {
 		list = append(list, name)
 	}
+	sort.Strings(list)
 	return strings.Join(list, ", ")
 }
 
