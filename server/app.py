@@ -17,6 +17,7 @@ from engine_ext.engine import ExtensionMissing, MlnodeEngine
 from engine_ext.engine_args import EngineSettings
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.engine_factory import EngineConfigurationError, create_engine
+from engine_ext.hang_watch import HangRule
 from engine_ext.plugin import plugin_not_loadable
 from engine_ext.runtime import cache_vllm_environment, component_versions, freeze_startup_heap
 from engine_ext.vllm_version import UnsupportedVllmVersion
@@ -143,6 +144,7 @@ async def serve(
                     PocBatchRunner(engine, options.poc.block_wait_seconds),
                     device_slice.describe(),
                     len(slices) == 1,
+                    HangRule(options.engine_hang_grace_seconds),
                 )
                 for device_slice, engine in zip(slices, engines)
             ],
@@ -175,7 +177,7 @@ def _start_engine(options: ServerOptions, engine_args: EngineSettings, device_sl
     # Each engine's own calls: one stuck engine makes its instance alone NOT_SERVING.
     calls = EngineCalls(options.engine_call_timeout_seconds, options.engine_stuck_seconds)
     # With metrics, token streams feed vLLM's per-request metrics too (about 2 µs a token).
-    request_metrics = options.metrics is not None
+    request_metrics = options.records_metrics
     return create_engine(
         engine_args,
         calls,
@@ -266,7 +268,7 @@ async def _serve_engines(
         instances, facts, limits, options.max_request_bytes, translator, registry, admission, versions, authorizer
     )
 
-    metrics = None if options.metrics is None else ServerMetrics(options.metrics, instances, poc.control, poc.sender)
+    metrics = ServerMetrics(options.metrics, instances, poc.control, poc.sender) if options.records_metrics else None
     # Authorization first: a refused caller reaches no other interceptor and learns nothing else.
     # Metrics before it: they only watch, and count refused calls with their code and reason too.
     interceptors = (
@@ -305,11 +307,11 @@ async def _serve_engines(
             raise StartupError(
                 f"cannot listen on {stream_listener.address} (--callback-stream-port): {error}"
             ) from error
-    if metrics is not None and options.metrics is not None:  # one is None exactly when the other is
+    if metrics is not None:
         try:
             await metrics.start(engine.logs_stats)
         except OSError as error:
-            raise StartupError(f"cannot listen on {options.metrics.address} (--metrics-port): {error}") from error
+            raise StartupError(f"cannot listen on {metrics.endpoint_address} (--metrics-port): {error}") from error
     http = http_servers(
         options.http,
         options.inference,
@@ -324,6 +326,8 @@ async def _serve_engines(
         ABORT_FLUSH_SECONDS,
         poc.deliver_validated,
         poc.job_callback,
+        # The management API serves them (records_metrics): present whenever --http-port is given.
+        None if metrics is None else metrics.registry,
         stream,
     )
     for listener in http:

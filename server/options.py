@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from engine_ext.hang_watch import DEFAULT_FROZEN_CHECKS, DEFAULT_HANG_GRACE_SECONDS
 from server.http.options import (
     HttpOptions,
     InferencePortOptions,
@@ -63,6 +64,8 @@ class ServerOptions:
     engine_call_timeout_seconds: float
     # A call into the engine unanswered after this long turns health NOT_SERVING.
     engine_stuck_seconds: float
+    # No step progress this long while requests wait (DEFAULT_FROZEN_CHECKS checks in a row) does too.
+    engine_hang_grace_seconds: float = DEFAULT_HANG_GRACE_SECONDS
     # For requests that state no logprobs mode: "processed" or "raw".
     default_logprobs_mode: str = DEFAULT_LOGPROBS_MODE
     # PEM files (server.credentials reads them). A client CA makes client certificates required.
@@ -81,7 +84,7 @@ class ServerOptions:
     # The server exits with code 1 once fewer instances than this have a living engine.
     min_instances: int = 1
     poc: PocOptions = PocOptions()
-    # None: no metrics endpoint (--metrics-port not given), and nothing recorded for one.
+    # None: no metrics endpoint (--metrics-port not given); nothing recorded unless --http-port serves them.
     metrics: MetricsOptions | None = None
     # None: no HTTP management API (--http-port not given).
     http: HttpOptions | None = None
@@ -92,6 +95,12 @@ class ServerOptions:
     def callback_store(self) -> Path:
         """The durable callback store's file: --callback-store, or the default for this server's port."""
         return Path(self.poc.callback_store) if self.poc.callback_store else default_callback_store(self.port)
+
+    @property
+    def records_metrics(self) -> bool:
+        """Whether the server keeps Prometheus metrics: for the metrics port, and for the management API's
+        /api/v1/metrics (the deployed node serves them unless turned off)."""
+        return self.metrics is not None or self.http is not None
 
     @property
     def address(self) -> str:
@@ -108,6 +117,7 @@ class ServerOptions:
             max_prompt_chars=args.max_prompt_chars,
             engine_call_timeout_seconds=args.engine_call_timeout,
             engine_stuck_seconds=args.engine_stuck_after,
+            engine_hang_grace_seconds=args.engine_hang_grace,
             default_logprobs_mode=args.default_logprobs_mode,
             tls_cert_file=args.tls_cert,
             tls_key_file=args.tls_key,
@@ -167,6 +177,15 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="a call into the engine still unanswered after this many seconds turns health NOT_SERVING "
         "(default: %(default)s)",
+    )
+    group.add_argument(
+        "--engine-hang-grace",
+        type=_positive(float),
+        default=DEFAULT_HANG_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="an engine that makes no step progress for this many seconds while requests wait on it (checked "
+        f"twice a second, {DEFAULT_FROZEN_CHECKS} such checks in a row) turns health NOT_SERVING and /livez 503 "
+        "until it steps again; the deployed node's MLNODE_HANG_GRACE_SEC (default: %(default)s)",
     )
     group.add_argument(
         "--default-logprobs-mode",

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
+from prometheus_client import CollectorRegistry
 
 from server.admission import Admission
 from server.http.body_limit import BodyLimit
@@ -15,11 +16,14 @@ from server.http.generate_jobs import JobEngine
 from server.http.generate_queue import GenerateQueue
 from server.http.generate_routes import generate_router
 from server.http.inference_routes import InferenceObjects, inference_router
+from server.http.gpu_routes import gpu_router
+from server.http.metrics_routes import metrics_router
 from server.http.node_routes import NodeVersions, node_router
 from server.http.node_state import NodeState
 from server.http.options import FraudThreshold
 from server.http.pow_routes import pow_router
 from server.http.probe_routes import probe_router
+from server.http.unbuilt_routes import unbuilt_router
 from server.http.version_prefix import VersionPrefix
 from server.instances import EngineInstances
 from server.poc.callback_stream import CallbackSink
@@ -50,8 +54,10 @@ def management_app(
     versions: NodeVersions,
     max_body_bytes: int,
     poc: PocRouting,
+    metrics: CollectorRegistry,
     inference: InferenceObjects | None = None,
 ) -> FastAPI:
+    """`metrics`: the server's Prometheus registry (server.metrics.exporter.ServerMetrics)."""
     # strict_content_type off: bodies are read as JSON whatever their Content-Type (server.http.json_body reads
     # them itself; this keeps FastAPI's own parsing, where a route uses it, to the same rule).
     app = FastAPI(title="gonka-mlnode management API", strict_content_type=False, openapi_url=None)
@@ -59,6 +65,9 @@ def management_app(
     app.include_router(node_router(node, versions, poc.jobs))
     app.include_router(pow_router(node, poc.control, poc.limits, admission, instances, poc.port, poc.jobs, poc.stream))
     app.include_router(generate_router(node, poc.jobs, poc.engine, admission, poc.port, poc.fraud_threshold))
+    app.include_router(metrics_router(metrics))
+    app.include_router(gpu_router())
+    app.include_router(unbuilt_router())
     if inference is not None:
         # The deployed node proxies /v1/* on this port to its backends (spec section 0).
         app.include_router(inference_router(inference))

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from prometheus_client import CollectorRegistry
+
 from engine_ext.model_facts import ModelFacts
 from server.admission import Admission
 from server.engine_failures import engine_failure
@@ -50,10 +52,12 @@ def http_servers(
     graceful_seconds: float,
     deliver_validated: ValidatedCallback,
     generated_callback: GeneratedCallback,
+    metrics: CollectorRegistry | None,
     stream: CallbackSink | None = None,
 ) -> list[ManagementServer]:
     """The listeners the flags ask for (none without either flag). `deliver_validated`, `generated_callback`: the
     generate jobs' callbacks through the durable store (PocComponents.deliver_validated, PocComponents.job_callback).
+    `metrics`: the registry /api/v1/metrics serves (present whenever `options` is: ServerOptions.records_metrics).
     `stream`: the pull stream's sink where it is served (server.app decides where)."""
     node = NodeState(control, instances, ServedModel(facts.served_model_name, facts.model_path))
     inference = InferenceObjects(
@@ -67,6 +71,7 @@ def http_servers(
     )
     servers = []
     if options is not None:
+        assert metrics is not None  # --http-port records metrics (ServerOptions.records_metrics)
         jobs = GenerateQueue(
             control.wait_until_idle, node.validation_job, lambda error: engine_failure(error, None, admission)
         )
@@ -74,7 +79,7 @@ def http_servers(
         # Validation borrows KV blocks beside live inference wherever PoC is on (docs/poc.md).
         versions = NodeVersions(options.mlnode_version, vllm_version, poc_validation_inference=limits.enabled)
         routing = PocRouting(control, limits, options.port, jobs, engine, options.fraud_threshold, stream)
-        app = management_app(node, instances, admission, versions, max_body_bytes, routing, inference)
+        app = management_app(node, instances, admission, versions, max_body_bytes, routing, metrics, inference)
         # The jobs end before PoC shuts down (the server stops this listener first).
         servers.append(ManagementServer(app, options, graceful_seconds, on_stop=jobs.close))
     if inference_options is not None:

@@ -16,6 +16,7 @@ import grpc
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from prometheus_client import CollectorRegistry
 
 from engine_ext.engine_calls import EngineCalls
 from server.admission import Admission
@@ -80,8 +81,11 @@ def node_of(
     *engines: StandInEngine,
     raise_server_exceptions: bool = True,
     fraud_threshold: FraudThreshold = FraudThreshold.FLEET,
+    metrics: CollectorRegistry | None = None,
 ) -> Iterator[Node]:
+    """`metrics`: the registry /api/v1/metrics serves (an empty one by default)."""
     engines = engines or (StandInEngine(),)
+    metrics = metrics or CollectorRegistry()
     instances = instances_of(*engines)
     admission = Admission()
     callbacks: list[RoundParameters] = []
@@ -113,7 +117,7 @@ def node_of(
         lambda url, identity, _k, request_id: RecordedSink(url, identity, request_id, generated),
     )
     routing = PocRouting(control, limits, HTTP_PORT, jobs, engine, fraud_threshold)
-    app = management_app(state, instances, admission, VERSIONS, MAX_BODY, routing)
+    app = management_app(state, instances, admission, VERSIONS, MAX_BODY, routing, metrics)
     with TestClient(app, raise_server_exceptions=raise_server_exceptions) as client:
         yield Node(
             client, app, state, control, admission, list(engines), instances, callbacks, jobs, validated, generated
