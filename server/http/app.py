@@ -15,8 +15,8 @@ from server.http.errors import install_error_handlers
 from server.http.generate_jobs import JobEngine
 from server.http.generate_queue import GenerateQueue
 from server.http.generate_routes import generate_router
-from server.http.inference_routes import InferenceObjects, inference_router
 from server.http.gpu_routes import gpu_router
+from server.http.inference_routes import InferenceObjects, inference_router
 from server.http.metrics_routes import metrics_router
 from server.http.node_routes import NodeVersions, node_router
 from server.http.node_state import NodeState
