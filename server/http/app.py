@@ -64,7 +64,9 @@ def management_app(
     app.include_router(probe_router(node, instances, admission))
     app.include_router(node_router(node, versions, poc.jobs))
     app.include_router(pow_router(node, poc.control, poc.limits, admission, instances, poc.port, poc.jobs, poc.stream))
-    app.include_router(generate_router(node, poc.jobs, poc.engine, admission, poc.port, poc.fraud_threshold))
+    app.include_router(
+        generate_router(node, poc.jobs, poc.engine, admission, poc.port, poc.fraud_threshold, poc.stream)
+    )
     app.include_router(metrics_router(metrics))
     app.include_router(gpu_router())
     app.include_router(unbuilt_router())

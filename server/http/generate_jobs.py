@@ -4,6 +4,8 @@
   in the deployed body through the server's durable callback store and sender (PocComponents.deliver_validated);
 - without it: ComputeArtifacts' own `compute_artifacts`; with `url` the artifacts go to `{url}/generated`, with
   the job's `request_id`, through the same store.
+Without `url`, both go to the pull stream where it is served (server.poc.callback_stream), as the deployed node
+points such jobs at its local sink.
 
 The job's result (`GET generate/{id}`) is the `/validated` body, or the artifacts computed."""
 
@@ -46,8 +48,13 @@ class JobEngine:
     generated_callback: GeneratedCallback
 
 
-async def run_validation(request: vpb.ValidatePocArtifactsRequest, engine: JobEngine) -> dict[str, Any]:
-    """The verdict, delivered to `{callback_url}/validated` by validate_poc_artifacts itself; returned as that body."""
+async def run_validation(
+    request: vpb.ValidatePocArtifactsRequest,
+    engine: JobEngine,
+    unaddressed: Callable[[dict[str, Any]], object] | None = None,
+) -> dict[str, Any]:
+    """The verdict, delivered to `{callback_url}/validated` by validate_poc_artifacts itself; returned as that body.
+    `unaddressed`: where the verdict goes when the request has no callback URL (the pull stream's sink)."""
     summary: vpb.PocValidationSummary | None = None
     responses = validate_poc_artifacts(
         request, engine.instances.require_available(), engine.limits, engine.deliver_validated
@@ -57,20 +64,22 @@ async def run_validation(request: vpb.ValidatePocArtifactsRequest, engine: JobEn
             if response.HasField("summary"):
                 summary = response.summary
     assert summary is not None  # validate_poc_artifacts ends with it
-    return validated_body(request, summary)
+    body = validated_body(request, summary)
+    if unaddressed is not None and not request.callback_url:
+        unaddressed(body)
+    return body
 
 
 async def run_computation(
     request: poc_pb2.ComputeArtifactsRequest,
-    identity: CallbackIdentity,
-    url: str,
-    request_id: str,
+    sink_of: Callable[[int], GeneratedSink] | None,
     engine: JobEngine,
 ) -> dict[str, Any]:
-    """The artifacts of the request's nonces, each batch to `{url}/generated` as it is computed (no url: none)."""
+    """The artifacts of the request's nonces, each batch to the sink `sink_of(k_dim)` makes as it is computed (None:
+    no callbacks)."""
     plan = compute_plan(request, engine.limits)
     k_dim = plan.params.k_dim
-    callback = engine.generated_callback(url, identity, k_dim, request_id) if url else None
+    callback = None if sink_of is None else sink_of(k_dim)
     artifacts: list[dict[str, Any]] = []
     not_computable: list[int] = []
     async with aclosing(compute_artifacts(plan, engine.instances.require_available(), KvBlockNotes())) as computed:

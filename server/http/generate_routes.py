@@ -7,12 +7,13 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
+from collections.abc import Callable
 
 from fastapi import APIRouter, Depends
 
 from server.admission import Admission
 from server.http.errors import HttpError
-from server.http.generate_jobs import JobEngine, run_computation, run_validation
+from server.http.generate_jobs import GeneratedSink, JobEngine, run_computation, run_validation
 from server.http.generate_queue import FINISHED_KEPT_SECONDS, GenerateJob, GenerateQueue
 from server.http.json_body import json_body
 from server.http.node_state import NodeState
@@ -21,7 +22,8 @@ from server.http.pow_models import GenerateBody, GenerateJobError, GenerateJobRe
 from server.http.pow_requests import compute_request, new_request_id, validation_request
 from server.poc.artifact_compute import compute_plan
 from server.poc.artifact_validation import poc_validation_plan
-from server.poc.callbacks import CallbackIdentity
+from server.poc.callback_stream import CallbackSink, poc_batches_path
+from server.poc.callbacks import CallbackIdentity, StreamedArtifacts
 from server.poc.round_params import callback_url_of, require_poc_enabled
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,9 @@ def generate_router(
     admission: Admission,
     port: int,
     threshold: FraudThreshold,
+    stream: CallbackSink | None = None,
 ) -> APIRouter:
+    """`stream`: the pull stream's sink, for jobs without `url`; None where the stream is not served."""
     router = APIRouter(prefix="/api/v1/inference/pow")
 
     @router.post("/generate")
@@ -48,7 +52,13 @@ def generate_router(
             validation = validation_request(body, request_id, threshold)
             validation.params.model = model
             poc_validation_plan(validation, engine.limits)
-            job = jobs.submit(request_id, len(body.nonces), functools.partial(run_validation, validation, engine))
+            unaddressed = None
+            if stream is not None:
+                validated_path = poc_batches_path(body.params.model, "validated")
+                unaddressed = functools.partial(stream.post, validated_path)
+            job = jobs.submit(
+                request_id, len(body.nonces), functools.partial(run_validation, validation, engine, unaddressed)
+            )
         else:
             computation = compute_request(body)
             computation.params.model = model
@@ -58,14 +68,19 @@ def generate_router(
             job = jobs.submit(
                 request_id,
                 len(body.nonces),
-                functools.partial(run_computation, computation, identity, url, request_id, engine),
+                functools.partial(
+                    run_computation,
+                    computation,
+                    _artifact_sink(engine, stream, url, body.params.model, identity, request_id),
+                    engine,
+                ),
             )
         log.info(
             "generate job %s queued: %d nonces, %s (callbacks to %s)",
             job.request_id,
             job.nonces,
             "validation" if body.validation is not None else "artifacts",
-            body.url or "nobody",
+            body.url or ("the pull stream" if stream is not None else "nobody"),
         )
         return GenerateQueued(request_id=request_id, queued_count=jobs.nonces_queued)
 
@@ -83,6 +98,23 @@ def generate_router(
         return _job_response(job)
 
     return router
+
+
+def _artifact_sink(
+    engine: JobEngine,
+    stream: CallbackSink | None,
+    url: str,
+    model: str,
+    identity: CallbackIdentity,
+    request_id: str,
+) -> Callable[[int], GeneratedSink] | None:
+    """A job's artifacts to `{url}/generated` through the durable store; without `url`, to the pull stream where it is
+    served; else nowhere (the job's result holds them)."""
+    if url:
+        return lambda k_dim: engine.generated_callback(url, identity, k_dim, request_id)
+    if stream is not None:
+        return lambda k_dim: StreamedArtifacts(stream, model, identity, k_dim, request_id)
+    return None
 
 
 def _require_job_id(request_id: str) -> None:

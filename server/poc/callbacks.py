@@ -93,11 +93,14 @@ class ArtifactCallback:
 class StreamedArtifacts:
     """A round's artifacts for the pull stream: each batch one callback, to `/v2/poc-batches/{model}/generated`."""
 
-    def __init__(self, sink: CallbackSink, model: str, identity: CallbackIdentity, k_dim: int) -> None:
-        """`model`: as the API node named it (its callback path carries that name)."""
+    def __init__(
+        self, sink: CallbackSink, model: str, identity: CallbackIdentity, k_dim: int, request_id: str | None = None
+    ) -> None:
+        """`model`: as the API node named it (its callback path carries that name). `request_id`: the HTTP `generate`
+        job the artifacts answer."""
         self._sink = sink
         self._path = poc_batches_path(model, "generated")
-        self._body = GeneratedBody(identity, k_dim)
+        self._body = GeneratedBody(identity, k_dim, request_id)
 
     def add(self, nonces: Sequence[int], vectors: bytes) -> None:
         self._sink.post(self._path, self._body.of(nonces, vectors))

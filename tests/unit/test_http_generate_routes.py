@@ -11,6 +11,7 @@ import asyncio
 import base64
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -122,6 +123,34 @@ def test_a_generate_without_validation_posts_its_artifacts_to_generated_with_its
         1234,
         2,
     )
+
+
+class RecordingSink:
+    """The pull stream's sink as the routes see it (CallbackSink): what was posted, in order."""
+
+    def __init__(self) -> None:
+        self.posted: list[tuple[str, dict]] = []
+
+    def post(self, path: str, body: Mapping[str, Any]) -> str:
+        self.posted.append((path, dict(body)))
+        return f"boot-{len(self.posted)}"
+
+
+def test_jobs_without_url_go_to_the_pull_stream_where_it_is_served() -> None:
+    sink = RecordingSink()
+    unaddressed = {key: value for key, value in HEADER.items() if key != "url"}
+    model_path = "/v2/poc-batches/" + SERVED.path.replace("/", "%252F")
+    with node_of(stream=sink) as node:
+        verdict = finished(node, queued(node, {**validation_body([]), "url": ""}))
+        artifacts_id = queued(node, {**unaddressed, "nonces": [5, 9]})
+        finished(node, artifacts_id)
+    assert node.validated == [] and node.generated == []
+    (validated_path, validated), *generated = sink.posted
+    assert (validated_path, validated) == (f"{model_path}/validated", verdict["result"])
+    assert tuple(validated) == VALIDATED_FIELDS and validated["fraud_detected"] is False
+    assert {path for path, _ in generated} == {f"{model_path}/generated"}
+    assert {body["request_id"] for _, body in generated} == {artifacts_id}
+    assert [a["nonce"] for _, body in generated for a in body["artifacts"]] == [5, 9]
 
 
 def test_malformed_and_unknown_job_ids_are_400_and_404() -> None:

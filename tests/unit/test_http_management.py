@@ -32,6 +32,7 @@ from server.http.node_state import NodeMode, NodeState, ServedModel
 from server.http.options import DEFAULT_MLNODE_VERSION, FraudThreshold
 from server.instances import EngineInstances
 from server.poc.artifact_hub import ArtifactHub
+from server.poc.callback_stream import CallbackSink
 from server.poc.callbacks import CallbackIdentity
 from server.poc.mining_round import RoundState
 from server.poc.round_control import RoundControl
@@ -82,8 +83,10 @@ def node_of(
     raise_server_exceptions: bool = True,
     fraud_threshold: FraudThreshold = FraudThreshold.FLEET,
     metrics: CollectorRegistry | None = None,
+    stream: CallbackSink | None = None,
 ) -> Iterator[Node]:
-    """`metrics`: the registry /api/v1/metrics serves (an empty one by default)."""
+    """`metrics`: the registry /api/v1/metrics serves (an empty one by default). `stream`: the pull stream's sink
+    (none by default: not served)."""
     engines = engines or (StandInEngine(),)
     metrics = metrics or CollectorRegistry()
     instances = instances_of(*engines)
@@ -116,7 +119,7 @@ def node_of(
         lambda url, body: validated.append((url, body)),
         lambda url, identity, _k, request_id: RecordedSink(url, identity, request_id, generated),
     )
-    routing = PocRouting(control, limits, HTTP_PORT, jobs, engine, fraud_threshold)
+    routing = PocRouting(control, limits, HTTP_PORT, jobs, engine, fraud_threshold, stream)
     app = management_app(state, instances, admission, VERSIONS, MAX_BODY, routing, metrics)
     with TestClient(app, raise_server_exceptions=raise_server_exceptions) as client:
         yield Node(
