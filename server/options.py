@@ -21,6 +21,7 @@ from server.http.options import (
     inference_port_options_from,
 )
 from server.metrics.options import MetricsOptions, add_metrics_arguments, metrics_options_from
+from server.net_address import listen_address
 from server.poc.options import PocOptions, add_poc_arguments, default_callback_store, poc_options_from
 
 SERVER_GROUP = "server"
@@ -104,8 +105,7 @@ class ServerOptions:
 
     @property
     def address(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return listen_address(self.host, self.port)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerOptions:

@@ -7,6 +7,7 @@ import enum
 from dataclasses import dataclass
 
 from server.metrics.options import parse_port
+from server.net_address import listen_address
 
 # The MLNode release whose API this server answers as: the API node gates features on it (the pull callback
 # stream from 3.0.14 on, spec section 6).
@@ -37,13 +38,13 @@ class HttpOptions:
 
     @property
     def address(self) -> str:
-        return _address(self.host, self.port)
+        return listen_address(self.host, self.port)
 
     @property
     def callback_stream_address(self) -> str | None:
         if self.callback_stream_port is None:
             return None
-        return _address(self.callback_stream_host, self.callback_stream_port)
+        return listen_address(self.callback_stream_host, self.callback_stream_port)
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,7 @@ class InferencePortOptions:
 
     @property
     def address(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return listen_address(self.host, self.port)
 
 
 def add_http_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,10 +132,6 @@ def inference_port_options_from(namespace: argparse.Namespace) -> InferencePortO
     if namespace.inference_port is None:
         return None
     return InferencePortOptions(namespace.host, namespace.inference_port)
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _semver(text: str) -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from server.net_address import listen_address
+
 MAX_PORT = 65535
 
 
@@ -15,8 +17,7 @@ class MetricsOptions:
 
     @property
     def address(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return listen_address(self.host, self.port)
 
 
 def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
