@@ -35,6 +35,7 @@ from engine_ext.packed_logprobs import request_packed_logprobs
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, PocBatch, PocBatchResult
 from engine_ext.request_outputs import RequestOutputReader
 from engine_ext.seams import seams_for_installed_vllm
+from engine_ext.step_progress import ProgressSample, StepProgress
 from engine_ext.token_streams import TokenStreams, token_stream_possible
 from engine_ext.vllm_version import UnsupportedVllmVersion, require_v1_model_runners
 
@@ -102,6 +103,8 @@ class MlnodeEngine:
         self._seams = seams_for_installed_vllm()
         self._token_streams = TokenStreams(llm, request_metrics)
         self._token_streams.install()
+        self._progress = StepProgress()
+        self._progress.install(llm.output_processor)
         # Client-side ids of the requests on vLLM's generate() path (token streams track their own).
         self._generating: set[str] = set()
         self._paused = False
@@ -206,6 +209,12 @@ class MlnodeEngine:
     @property
     def paused(self) -> bool:
         return self._paused
+
+    def step_progress(self) -> ProgressSample:
+        """The engine core's step progress and the requests waiting on it, read without a call into the engine
+        (a hung engine answers none): for engine_ext.hang_watch."""
+        unfinished = self._llm.output_processor.get_num_unfinished_requests() + len(self._token_streams.all_streams())
+        return ProgressSample(self._progress.output_batches, unfinished)
 
     async def scheduler_state(self) -> SchedulerState:
         state = await self._utility("mlnode_scheduler_state")

@@ -9,6 +9,8 @@ from vllm.platforms import current_platform
 
 from engine_ext.poc.batch_caps import PocBatchCap, poc_batch_cap
 
+# The sampling options a model's generation_config may default (vLLM's ModelConfig.get_diff_sampling_param).
+SAMPLING_DEFAULT_NAMES = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 # The network reports top-5; 20 is vLLM's default ceiling and the contract's.
 MAX_LOGPROBS = 20
 
@@ -36,6 +38,9 @@ class ModelFacts:
     # An upper bound on a PoC batch's B that the engine's configuration imposes, and the flag that lifts it (None: no
     # such bound; engine_ext.poc.batch_caps says which configurations have one).
     poc_batch_cap: PocBatchCap | None = None
+    # The model's own sampling defaults (its generation_config, as vLLM's --generation-config reads it): vLLM's OpenAI
+    # server applies them to a request that leaves the field unset. (name, value) pairs of SAMPLING_DEFAULT_NAMES.
+    sampling_defaults: tuple[tuple[str, float], ...] = ()
 
     @property
     def max_token_id(self) -> int:
@@ -70,4 +75,11 @@ def read_model_facts(vllm_config: Any, tokenizer: Any) -> ModelFacts:
             tensor_parallel_size=int(vllm_config.parallel_config.tensor_parallel_size),
             cuda=current_platform.is_cuda(),
         ),
+        sampling_defaults=_sampling_defaults(model_config.get_diff_sampling_param()),
+    )
+
+
+def _sampling_defaults(model_defaults: dict[str, Any]) -> tuple[tuple[str, float], ...]:
+    return tuple(
+        (name, model_defaults[name]) for name in SAMPLING_DEFAULT_NAMES if model_defaults.get(name) is not None
     )

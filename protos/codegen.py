@@ -1,4 +1,6 @@
-"""Generates the Python stubs from protos/ into clients/python (`--check`: fail if they are stale).
+"""Generates the Python stubs from protos/ into clients/python (`--check`: fail if they are stale): the contract's
+(gonka.mlnode.v1) and the vendored protos' (protos/vendor/, compiled from that root so that their modules are named
+after their own packages: mlnode.poc.v1).
 
 Run as `python protos/codegen.py [--check]` (the Makefile's `proto` and `proto-check` targets).
 """
@@ -16,30 +18,41 @@ from grpc_tools import protoc
 
 PROTO_ROOT = Path(__file__).resolve().parent
 PACKAGE_DIR = Path("gonka") / "mlnode" / "v1"
+VENDOR_ROOT = PROTO_ROOT / "vendor"
+# The API node's pull stream (spec section 6), as published.
+VENDORED_PACKAGE_DIR = Path("mlnode") / "poc" / "v1"
+# (include root, package folder under it): one protoc run each.
+SOURCES = ((PROTO_ROOT, PACKAGE_DIR), (VENDOR_ROOT, VENDORED_PACKAGE_DIR))
 PYTHON_OUT = PROTO_ROOT.parent / "clients" / "python"
 GENERATED_SUFFIXES = ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")
 
 
 def generate(out_dir: Path) -> list[Path]:
-    protos = sorted((PROTO_ROOT / PACKAGE_DIR).glob("*.proto"))
     well_known = Path(grpc_tools.__file__).parent / "_proto"
-    args = [
-        "protoc",
-        f"-I{PROTO_ROOT}",
-        f"-I{well_known}",
-        f"--python_out={out_dir}",
-        f"--pyi_out={out_dir}",
-        f"--grpc_python_out={out_dir}",
-        *(str(path) for path in protos),
-    ]
-    if protoc.main(args) != 0:
-        raise SystemExit("protoc failed")
+    for root, package_dir in SOURCES:
+        protos = sorted((root / package_dir).glob("*.proto"))
+        args = [
+            "protoc",
+            f"-I{root}",
+            f"-I{well_known}",
+            f"--python_out={out_dir}",
+            f"--pyi_out={out_dir}",
+            f"--grpc_python_out={out_dir}",
+            *(str(path) for path in protos),
+        ]
+        if protoc.main(args) != 0:
+            raise SystemExit("protoc failed")
     return generated_files(out_dir)
 
 
 def generated_files(root: Path) -> list[Path]:
-    directory = root / PACKAGE_DIR
-    return sorted(p.relative_to(root) for p in directory.iterdir() if p.name.endswith(GENERATED_SUFFIXES))
+    return sorted(
+        path.relative_to(root)
+        for _, package_dir in SOURCES
+        if (root / package_dir).is_dir()
+        for path in (root / package_dir).iterdir()
+        if path.name.endswith(GENERATED_SUFFIXES)
+    )
 
 
 def check() -> int:

@@ -17,6 +17,7 @@ from engine_ext.engine import ExtensionMissing, MlnodeEngine
 from engine_ext.engine_args import EngineSettings
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.engine_factory import EngineConfigurationError, create_engine
+from engine_ext.hang_watch import HangRule
 from engine_ext.plugin import plugin_not_loadable
 from engine_ext.runtime import cache_vllm_environment, component_versions, freeze_startup_heap
 from engine_ext.vllm_version import UnsupportedVllmVersion
@@ -28,12 +29,17 @@ from server.auth import AuthInterceptor, Authorizer
 from server.credentials import ServerCredentials, TlsMaterial
 from server.engine_watch import watch_instances
 from server.health import HealthService
+from server.http.options import HttpOptions
+from server.http.wiring import InferencePath, http_servers
 from server.inference_servicer import InferenceServicer
 from server.instances import EngineInstance, EngineInstances, instance_health_name
 from server.metrics.exporter import ServerMetrics
 from server.options import ServerOptions
 from server.poc.batch_runner import PocBatchRunner
 from server.poc.callback_store import CallbackStore, StoreUnreadable
+from server.poc.callback_stream import CallbackBuffer
+from server.poc.callback_stream_servicer import SERVICE_NAME as CALLBACK_STREAM_SERVICE
+from server.poc.callback_stream_servicer import CallbackStreamListener, add_callback_stream
 from server.poc.gate_interceptor import GateInterceptor
 from server.poc.options import PocOptions
 from server.poc.store_lock import StoreLock
@@ -138,6 +144,7 @@ async def serve(
                     PocBatchRunner(engine, options.poc.block_wait_seconds),
                     device_slice.describe(),
                     len(slices) == 1,
+                    HangRule(options.engine_hang_grace_seconds),
                 )
                 for device_slice, engine in zip(slices, engines)
             ],
@@ -170,7 +177,7 @@ def _start_engine(options: ServerOptions, engine_args: EngineSettings, device_sl
     # Each engine's own calls: one stuck engine makes its instance alone NOT_SERVING.
     calls = EngineCalls(options.engine_call_timeout_seconds, options.engine_stuck_seconds)
     # With metrics, token streams feed vLLM's per-request metrics too (about 2 µs a token).
-    request_metrics = options.metrics is not None
+    request_metrics = options.records_metrics
     return create_engine(
         engine_args,
         calls,
@@ -254,13 +261,14 @@ async def _serve_engines(
         options.poc,
         store,
     )
-    translator = RequestTranslator(facts, PromptReader(facts, limits, tokenizers))
+    prompts = PromptReader(facts, limits, tokenizers)
+    translator = RequestTranslator(facts, prompts)
     versions = pb.Versions(**component_versions(), grpc=grpc.__version__)
     servicer = InferenceServicer(
         instances, facts, limits, options.max_request_bytes, translator, registry, admission, versions, authorizer
     )
 
-    metrics = None if options.metrics is None else ServerMetrics(options.metrics, instances, poc.control, poc.sender)
+    metrics = ServerMetrics(options.metrics, instances, poc.control, poc.sender) if options.records_metrics else None
     # Authorization first: a refused caller reaches no other interceptor and learns nothing else.
     # Metrics before it: they only watch, and count refused calls with their code and reason too.
     interceptors = (
@@ -277,18 +285,63 @@ async def _serve_engines(
     add_raw_request_service(server, POC_SERVICE, poc.servicer)
     health_pb2_grpc.add_HealthServicer_to_server(health, server)
     health_service = health_pb2.DESCRIPTOR.services_by_name["Health"].full_name
-    enable_reflection(
-        server, (INFERENCE_SERVICE.full_name, VALIDATION_SERVICE.full_name, POC_SERVICE.full_name, health_service)
+    reflected: tuple[str, ...] = (
+        INFERENCE_SERVICE.full_name,
+        VALIDATION_SERVICE.full_name,
+        POC_SERVICE.full_name,
+        health_service,
     )
+    stream, stream_listener = (None, None) if options.http is None else _callback_stream(options.http, credentials)
+    if stream is not None and stream_listener is None:
+        add_callback_stream(server, stream)
+        reflected += (CALLBACK_STREAM_SERVICE,)
+    enable_reflection(server, reflected)
     try:
         _listen(server, options.address, credentials.tls)
     except RuntimeError as error:
         raise StartupError(f"cannot listen on {options.address}: {error}") from error
-    if metrics is not None and options.metrics is not None:  # one is None exactly when the other is
+    if stream_listener is not None:
+        try:
+            await stream_listener.start()
+        except RuntimeError as error:
+            raise StartupError(
+                f"cannot listen on {stream_listener.address} (--callback-stream-port): {error}"
+            ) from error
+    if metrics is not None:
         try:
             await metrics.start(engine.logs_stats)
         except OSError as error:
-            raise StartupError(f"cannot listen on {options.metrics.address} (--metrics-port): {error}") from error
+            raise StartupError(f"cannot listen on {metrics.endpoint_address} (--metrics-port): {error}") from error
+    http = http_servers(
+        options.http,
+        options.inference,
+        instances,
+        admission,
+        poc.control,
+        facts,
+        poc.limits,
+        InferencePath(translator, prompts, registry),
+        versions.vllm,
+        options.max_request_bytes,
+        ABORT_FLUSH_SECONDS,
+        poc.deliver_validated,
+        poc.job_callback,
+        # The management API serves them (records_metrics): present whenever --http-port is given.
+        None if metrics is None else metrics.registry,
+        stream,
+    )
+    for listener in http:
+        try:
+            await listener.start()
+        except OSError as error:
+            raise StartupError(f"cannot listen on {listener.address} ({listener.flag}): {error}") from error
+    if http and (credentials.tls is not None or credentials.auth_token is not None):
+        # The API node speaks plain HTTP without a token to its ML nodes (docs/http-api.md).
+        log.warning(
+            "the HTTP ports (%s) are plain HTTP without a token: TLS and the auth token protect the gRPC port "
+            "alone; let only the API node reach them",
+            ", ".join(listener.address for listener in http),
+        )
     freeze_startup_heap()
     cache_vllm_environment()
     await server.start()
@@ -316,9 +369,17 @@ async def _serve_engines(
     log.info("shutting down (%s)", trigger.reason)
     admission.close()
     await health.enter_graceful_shutdown()
+    # Before PoC stops: no HTTP request starts work after this; those in flight get the flush grace.
+    for listener in http:
+        await listener.stop()
     # A running round stops (its forward in flight returns; subscribers get their final message) and
     # callbacks get a bounded flush; what the receivers did not take stays in the callback store.
     await poc.shutdown()
+    # After the round's last batches: the consumer's stream ends (what it has not acknowledged is lost, as deployed).
+    if stream is not None:
+        stream.close()
+    if stream_listener is not None:
+        await stream_listener.stop(ABORT_FLUSH_SECONDS)
     await _drain(instances, registry, trigger, options.shutdown_grace_seconds)
     await server.stop(grace=ABORT_FLUSH_SECONDS)
     poc.close()
@@ -327,6 +388,27 @@ async def _serve_engines(
     tokenizers.close()
     log.info("stopped")
     return trigger.exit_code
+
+
+def _callback_stream(
+    http: HttpOptions, credentials: ServerCredentials
+) -> tuple[CallbackBuffer | None, CallbackStreamListener | None]:
+    """The API node's pull stream, for rounds it gives no url, and its own listener where it has one: on
+    --callback-stream-port when given; else on the gRPC port when the API node can dial that (it speaks plaintext
+    without a token); else not served (those rounds' artifacts reach gRPC subscribers alone)."""
+    address = http.callback_stream_address
+    if address is not None:
+        buffer = CallbackBuffer()
+        return buffer, CallbackStreamListener(buffer, address)
+    if credentials.tls is None and credentials.auth_token is None:
+        log.info("pull callback stream %s on the gRPC port", CALLBACK_STREAM_SERVICE)
+        return CallbackBuffer(), None
+    log.warning(
+        "the pull callback stream is not served: the gRPC port has TLS or a token, which the API node's stream "
+        "client does not use; give --callback-stream-port (plaintext, %s by default) to serve it",
+        http.callback_stream_host,
+    )
+    return None, None
 
 
 def _listen(server: grpc.aio.Server, address: str, tls: TlsMaterial | None) -> None:

@@ -1,5 +1,6 @@
-"""Watches every engine instance for the two ways it can stop serving: death (its processes go down) and a
-stuck call (NOT_SERVING until the engine answers again).
+"""Watches every engine instance for the ways it can stop serving: death (its processes go down), a stuck call,
+and a hang (no step progress while requests wait on it); a stuck or hung instance is NOT_SERVING until its engine
+answers, or steps, again.
 
 Each instance reports under its own health name (server.instances.instance_health_name); the services and
 the server as a whole ("") stay SERVING while any instance serves. A dead instance stays dead (its
@@ -41,10 +42,12 @@ async def watch_instances(
     while True:
         await asyncio.sleep(WATCH_INTERVAL_SECONDS)
         for instance in instances:
+            if not instance.engine.errored:
+                instance.check_progress()
             state = instance.state
             if state is states[instance.index]:
                 continue
-            _log_change(instance.name, states[instance.index], state, instance.engine.calls.problem(), instance.alone)
+            _log_change(instance.name, states[instance.index], state, instance.problem(), instance.alone)
             states[instance.index] = state
             if admission.is_open:
                 await health.set(

@@ -223,7 +223,7 @@ def _instance_entry(instance: EngineInstance, problem: str = "") -> pb.InstanceS
         index=instance.index,
         state=INSTANCE_STATES[state],
         routed_requests=instance.requests,
-        engine_problem=problem or instance.engine.calls.problem() or "",
+        engine_problem=problem or instance.problem() or "",
         device_slice=instance.device_slice,
     )
 

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from engine_ext.errors import EngineDead
+from engine_ext.hang_watch import DEPLOYED_HANG_RULE, HangRule, HangWatch
 
 INFERENCE_SERVICE_NAME = "gonka.mlnode.v1.InferenceService"
 # What a client is told when the one engine of a server dies (the server goes down with it).
@@ -28,7 +29,8 @@ ENGINE_DIED = "the engine has died; the server is going down"
 
 class InstanceState(enum.Enum):
     SERVING = "serving"
-    # A call into its engine has gone unanswered past --engine-stuck-after.
+    # A call into its engine has gone unanswered past --engine-stuck-after, or its engine has made no step progress
+    # while requests wait on it, past --engine-hang-grace (engine_ext.hang_watch).
     STUCK = "stuck"
     # Its engine's processes are gone (instances are not restarted).
     DEAD = "dead"
@@ -41,10 +43,17 @@ def instance_health_name(index: int) -> str:
 
 class EngineInstance:
     def __init__(
-        self, index: int, engine: Any, runner: Any, device_slice: str = "the whole host", alone: bool = True
+        self,
+        index: int,
+        engine: Any,
+        runner: Any,
+        device_slice: str = "the whole host",
+        alone: bool = True,
+        hang_rule: HangRule = DEPLOYED_HANG_RULE,
     ) -> None:
         """`engine`: an engine_ext MlnodeEngine; `runner`: its server.poc.batch_runner.PocBatchRunner;
-        `device_slice`: what it runs on, in words; `alone`: the server's only instance."""
+        `device_slice`: what it runs on, in words; `alone`: the server's only instance; `hang_rule`: when its
+        engine counts as hung (--engine-hang-grace)."""
         self.index = index
         self.engine = engine
         self.runner = runner
@@ -52,6 +61,7 @@ class EngineInstance:
         self.alone = alone
         # Generate streams and replays routed here that have not ended.
         self.requests = 0
+        self._hang = HangWatch(hang_rule)
 
     @property
     def name(self) -> str:
@@ -61,9 +71,17 @@ class EngineInstance:
     def state(self) -> InstanceState:
         if self.engine.errored:
             return InstanceState.DEAD
-        if self.engine.calls.problem() is not None:
+        if self.problem() is not None:
             return InstanceState.STUCK
         return InstanceState.SERVING
+
+    def problem(self) -> str | None:
+        """Why its engine counts as stuck (a call unanswered, or no step progress while requests wait), or None."""
+        return self.engine.calls.problem() or self._hang.problem()
+
+    def check_progress(self) -> None:
+        """One hang check (server.engine_watch runs one per instance every watch interval)."""
+        self._hang.check(self.engine.step_progress())
 
     def died_message(self) -> str:
         """What a client whose request ran here is told when this instance's engine dies."""

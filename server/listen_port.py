@@ -14,13 +14,42 @@ class PortUnavailable(RuntimeError):
 
 def require_port_free(options: ServerOptions) -> None:
     """Fails in a fraction of a second instead of after vLLM's import and the engine's start: the
-    gRPC address, and the metrics endpoint's when --metrics-port is given."""
+    gRPC address, the metrics endpoint's when --metrics-port is given, the management API's when --http-port is,
+    the pull stream's when --callback-stream-port is too, the inference port's when --inference-port is."""
     _require_free(options.host, options.port, options.address)
     metrics = options.metrics
     if metrics is not None:
         if metrics.port == options.port:
             raise PortUnavailable(f"--metrics-port {metrics.port} is the gRPC port (--port): give it a port of its own")
         _require_free(metrics.host, metrics.port, metrics.address)
+    http = options.http
+    if http is not None:
+        if http.port == options.port:
+            raise PortUnavailable(f"--http-port {http.port} is the gRPC port (--port): give it a port of its own")
+        if metrics is not None and http.port == metrics.port:
+            raise PortUnavailable(f"--http-port {http.port} is the metrics port (--metrics-port): give it its own")
+        _require_free(http.host, http.port, http.address)
+        stream_address = http.callback_stream_address
+        if http.callback_stream_port is not None and stream_address is not None:
+            taken = {options.port: "--port", http.port: "--http-port"}
+            if metrics is not None:
+                taken[metrics.port] = "--metrics-port"
+            if http.callback_stream_port in taken:
+                raise PortUnavailable(
+                    f"--callback-stream-port {http.callback_stream_port} is the {taken[http.callback_stream_port]} "
+                    "port: give it a port of its own"
+                )
+            _require_free(http.callback_stream_host, http.callback_stream_port, stream_address)
+    inference = options.inference
+    if inference is not None:
+        taken = {options.port: "the gRPC port (--port)"}
+        if metrics is not None:
+            taken[metrics.port] = "the metrics port (--metrics-port)"
+        if http is not None:
+            taken[http.port] = "the management port (--http-port)"
+        if inference.port in taken:
+            raise PortUnavailable(f"--inference-port {inference.port} is {taken[inference.port]}: give it its own")
+        _require_free(inference.host, inference.port, inference.address)
 
 
 def _require_free(host: str, port: int, address: str) -> None:

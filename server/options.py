@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from engine_ext.hang_watch import DEFAULT_FROZEN_CHECKS, DEFAULT_HANG_GRACE_SECONDS
+from server.http.options import (
+    HttpOptions,
+    InferencePortOptions,
+    add_http_arguments,
+    http_options_from,
+    inference_port_options_from,
+)
 from server.metrics.options import MetricsOptions, add_metrics_arguments, metrics_options_from
+from server.net_address import listen_address
 from server.poc.options import PocOptions, add_poc_arguments, default_callback_store, poc_options_from
 
 SERVER_GROUP = "server"
@@ -56,6 +65,8 @@ class ServerOptions:
     engine_call_timeout_seconds: float
     # A call into the engine unanswered after this long turns health NOT_SERVING.
     engine_stuck_seconds: float
+    # No step progress this long while requests wait (DEFAULT_FROZEN_CHECKS checks in a row) does too.
+    engine_hang_grace_seconds: float = DEFAULT_HANG_GRACE_SECONDS
     # For requests that state no logprobs mode: "processed" or "raw".
     default_logprobs_mode: str = DEFAULT_LOGPROBS_MODE
     # PEM files (server.credentials reads them). A client CA makes client certificates required.
@@ -74,8 +85,12 @@ class ServerOptions:
     # The server exits with code 1 once fewer instances than this have a living engine.
     min_instances: int = 1
     poc: PocOptions = PocOptions()
-    # None: no metrics endpoint (--metrics-port not given), and nothing recorded for one.
+    # None: no metrics endpoint (--metrics-port not given); nothing recorded unless --http-port serves them.
     metrics: MetricsOptions | None = None
+    # None: no HTTP management API (--http-port not given).
+    http: HttpOptions | None = None
+    # None: no OpenAI-style inference port (--inference-port not given).
+    inference: InferencePortOptions | None = None
 
     @property
     def callback_store(self) -> Path:
@@ -83,9 +98,14 @@ class ServerOptions:
         return Path(self.poc.callback_store) if self.poc.callback_store else default_callback_store(self.port)
 
     @property
+    def records_metrics(self) -> bool:
+        """Whether the server keeps Prometheus metrics: for the metrics port, and for the management API's
+        /api/v1/metrics (the deployed node serves them unless turned off)."""
+        return self.metrics is not None or self.http is not None
+
+    @property
     def address(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return listen_address(self.host, self.port)
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerOptions:
@@ -97,6 +117,7 @@ class ServerOptions:
             max_prompt_chars=args.max_prompt_chars,
             engine_call_timeout_seconds=args.engine_call_timeout,
             engine_stuck_seconds=args.engine_stuck_after,
+            engine_hang_grace_seconds=args.engine_hang_grace,
             default_logprobs_mode=args.default_logprobs_mode,
             tls_cert_file=args.tls_cert,
             tls_key_file=args.tls_key,
@@ -110,6 +131,8 @@ class ServerOptions:
             min_instances=args.min_instances,
             poc=poc_options_from(args),
             metrics=metrics_options_from(args),
+            http=http_options_from(args),
+            inference=inference_port_options_from(args),
         )
 
 
@@ -156,6 +179,15 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     group.add_argument(
+        "--engine-hang-grace",
+        type=_positive(float),
+        default=DEFAULT_HANG_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="an engine that makes no step progress for this many seconds while requests wait on it (checked "
+        f"twice a second, {DEFAULT_FROZEN_CHECKS} such checks in a row) turns health NOT_SERVING and /livez 503 "
+        "until it steps again; the deployed node's MLNODE_HANG_GRACE_SEC (default: %(default)s)",
+    )
+    group.add_argument(
         "--default-logprobs-mode",
         choices=LOGPROBS_MODES,
         default=DEFAULT_LOGPROBS_MODE,
@@ -167,6 +199,7 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     _add_limit_arguments(group)
     add_poc_arguments(parser)
     add_metrics_arguments(parser)
+    add_http_arguments(parser)
 
 
 def _add_instance_arguments(group: argparse._ArgumentGroup) -> None:

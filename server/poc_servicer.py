@@ -12,23 +12,15 @@ from server.admission import Admission
 from server.engine_failures import engine_failure
 from server.errors import ServiceError, abort_with, invalid_field
 from server.instances import EngineInstances
+from server.poc.artifact_compute import compute_artifacts, compute_plan
 from server.poc.artifact_hub import ArtifactHub, BatchEvent, EndEvent, EndReason, LostEvent, RoundNotFound
 from server.poc.batch_runner import KvBlockNotes
 from server.poc.mining_round import MiningRound
-from server.poc.outcomes import artifact_batch_message, split_outcomes
+from server.poc.outcomes import artifact_batch_message
 from server.poc.round_control import RoundControl, round_not_found
-from server.poc.round_params import (
-    PocLimits,
-    artifact_params,
-    batch_size_of,
-    nonce_list,
-    require_poc_enabled,
-    round_parameters,
-)
-from server.poc.spread import spread_batches
+from server.poc.round_params import PocLimits, require_poc_enabled, round_parameters
 from server.service_registration import decode_request
 
-MAX_COMPUTE_NONCES = 100_000
 END_REASONS = {
     EndReason.STOPPED: poc_pb2.SUBSCRIPTION_END_REASON_ROUND_STOPPED,
     EndReason.FAILED: poc_pb2.SUBSCRIPTION_END_REASON_ROUND_FAILED,
@@ -108,25 +100,21 @@ class PocServicer:
             request = decode_request(poc_pb2.ComputeArtifactsRequest, raw)
             require_poc_enabled(self._limits)
             self._admission.require_open()
-            params = artifact_params(
-                request.block_hash, request.public_key, request, request.stronger_rng, self._limits
-            )
-            batch_size = batch_size_of(request, params.seq_len, self._limits)
-            nonces = nonce_list(list(request.nonces), "nonces", MAX_COMPUTE_NONCES)
+            plan = compute_plan(request, self._limits)
             notes = KvBlockNotes()
             sequence = 0
-            batches = [nonces[start : start + batch_size] for start in range(0, len(nonces), batch_size)]
-            async with aclosing(
-                spread_batches(self._instances.require_available(), params, batches, notes)
-            ) as computed:
-                async for instance, pieces in computed:
-                    for piece_nonces, result in pieces:
-                        sequence += 1
-                        split = split_outcomes(piece_nonces, result, params.k_dim)
-                        batch = artifact_batch_message(
-                            sequence, split.nonces, split.vectors, params.k_dim, split.failures, instance=instance.index
-                        )
-                        yield poc_pb2.ComputeArtifactsResponse(batch=batch, kv_blocks_note=notes.describe())
+            async with aclosing(compute_artifacts(plan, self._instances.require_available(), notes)) as computed:
+                async for instance, split in computed:
+                    sequence += 1
+                    batch = artifact_batch_message(
+                        sequence,
+                        split.nonces,
+                        split.vectors,
+                        plan.params.k_dim,
+                        split.failures,
+                        instance=instance.index,
+                    )
+                    yield poc_pb2.ComputeArtifactsResponse(batch=batch, kv_blocks_note=notes.describe())
         except Exception as error:
             failure = engine_failure(error, None, self._admission)
         if failure is not None:

@@ -1,6 +1,7 @@
-"""Everything metrics in the server process, built only when --metrics-port is given: one registry
-for the server's own metrics, the RPC interceptor, the PoC and instance collectors, every engine
-instance's vLLM metrics (labelled `instance`) and the HTTP endpoint."""
+"""Everything metrics in the server process, built only when --metrics-port or --http-port is given: one
+registry for the server's own metrics, the RPC interceptor, the PoC and instance collectors, every engine
+instance's vLLM metrics (labelled `instance`), and the HTTP endpoint with --metrics-port (the management API
+serves the same registry at /api/v1/metrics: server.http.metrics_routes)."""
 
 from __future__ import annotations
 
@@ -44,8 +45,13 @@ class ForwardedRegistry(Collector):
 
 class ServerMetrics:
     def __init__(
-        self, options: MetricsOptions, instances: EngineInstances, rounds: RoundControl, callbacks: CallbackSender
+        self,
+        options: MetricsOptions | None,
+        instances: EngineInstances,
+        rounds: RoundControl,
+        callbacks: CallbackSender,
     ) -> None:
+        """`options`: the metrics port's; None, no endpoint of its own (the management API serves the registry)."""
         self.registry = CollectorRegistry()
         # The first of the server's interceptors (server.metrics.rpc_interceptor says why).
         self.interceptor = MetricsInterceptor(RpcMetrics(self.registry))
@@ -58,14 +64,20 @@ class ServerMetrics:
         self.registry.register(
             InstanceRegistries([(instance.index, instance.engine.metrics_registry()) for instance in instances])
         )
-        self._endpoint = MetricsEndpoint(self.registry, options)
+        self._endpoint = None if options is None else MetricsEndpoint(self.registry, options)
+
+    @property
+    def endpoint_address(self) -> str | None:
+        return None if self._endpoint is None else self._endpoint.address
 
     async def start(self, engine_logs_stats: bool) -> None:
         """Raises OSError when the endpoint's address cannot be bound."""
-        await self._endpoint.start()
-        log.info("metrics on http://%s/metrics", self._endpoint.address)
+        if self._endpoint is not None:
+            await self._endpoint.start()
+            log.info("metrics on http://%s/metrics", self._endpoint.address)
         if not engine_logs_stats:
             log.warning("vLLM keeps no statistics (--disable-log-stats): the metrics endpoint has no vllm:* metrics")
 
     async def stop(self) -> None:
-        await self._endpoint.stop()
+        if self._endpoint is not None:
+            await self._endpoint.stop()

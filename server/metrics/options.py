@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
+from server.net_address import listen_address
+
 MAX_PORT = 65535
 
 
@@ -15,15 +17,14 @@ class MetricsOptions:
 
     @property
     def address(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return listen_address(self.host, self.port)
 
 
 def add_metrics_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("metrics", "Prometheus metrics over HTTP (off unless --metrics-port is given)")
     group.add_argument(
         "--metrics-port",
-        type=_port,
+        type=parse_port,
         default=None,
         metavar="PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics: vLLM's engine metrics, per-RPC metrics and PoC "
@@ -44,7 +45,7 @@ def metrics_options_from(namespace: argparse.Namespace) -> MetricsOptions | None
     return MetricsOptions(namespace.metrics_host or namespace.host, namespace.metrics_port)
 
 
-def _port(text: str) -> int:
+def parse_port(text: str) -> int:
     value = int(text)
     if not 1 <= value <= MAX_PORT:
         raise argparse.ArgumentTypeError(f"must be a port number from 1 to {MAX_PORT}, got {text!r}")
@@ -52,4 +53,4 @@ def _port(text: str) -> int:
 
 
 # argparse names the type in its message for a value int() cannot read ("invalid int value").
-_port.__name__ = "int"
+parse_port.__name__ = "int"

@@ -14,6 +14,7 @@ import base64
 import math
 from collections.abc import AsyncGenerator, Callable, Sequence
 from contextlib import aclosing
+from dataclasses import dataclass
 
 from engine_ext.consensus import check_claimed_vector, fraud_test
 from gonka.mlnode.v1 import validation_pb2 as vpb
@@ -22,6 +23,7 @@ from server.instances import EngineInstance
 from server.poc.batch_runner import KvBlockNotes
 from server.poc.outcomes import split_outcomes
 from server.poc.round_params import (
+    ArtifactParams,
     PocLimits,
     artifact_params,
     batch_size_of,
@@ -38,6 +40,34 @@ NO_DISTANCE = math.nan
 ValidatedCallback = Callable[[str, dict], None]
 
 
+@dataclass(frozen=True)
+class PocValidationPlan:
+    """A ValidatePocArtifactsRequest checked: what its recomputation and verdict need."""
+
+    params: ArtifactParams
+    batch_size: int
+    dist_threshold: float
+    p_mismatch: float
+    p_value_threshold: float
+    callback_url: str
+    # Each nonce's first claim, in request order, and the nonces claimed again.
+    claims: list[vpb.ClaimedArtifact]
+    duplicates: list[int]
+
+
+def poc_validation_plan(request: vpb.ValidatePocArtifactsRequest, limits: PocLimits) -> PocValidationPlan:
+    """The request's checks (a ServiceError names the offending field), before any engine work."""
+    require_poc_enabled(limits)
+    params = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
+    batch_size = batch_size_of(request, params.seq_len, limits)
+    dist_threshold, p_mismatch, p_value_threshold = _stat_test(request)
+    callback_url = callback_url_of(request.callback_url)
+    claims, duplicates = _first_claims(list(request.artifacts))
+    return PocValidationPlan(
+        params, batch_size, dist_threshold, p_mismatch, p_value_threshold, callback_url, claims, duplicates
+    )
+
+
 async def validate_poc_artifacts(
     request: vpb.ValidatePocArtifactsRequest,
     instances: Sequence[EngineInstance],
@@ -45,12 +75,9 @@ async def validate_poc_artifacts(
     deliver: ValidatedCallback,
 ) -> AsyncGenerator[vpb.ValidatePocArtifactsResponse, None]:
     """`instances`: those the batches are spread over."""
-    require_poc_enabled(limits)
-    params = artifact_params(request.block_hash, request.public_key, request, request.stronger_rng, limits)
-    batch_size = batch_size_of(request, params.seq_len, limits)
-    dist_threshold, p_mismatch, p_value_threshold = _stat_test(request)
-    callback_url = callback_url_of(request.callback_url)
-    claims, duplicates = _first_claims(list(request.artifacts))
+    plan = poc_validation_plan(request, limits)
+    params, batch_size, claims = plan.params, plan.batch_size, plan.claims
+    dist_threshold, p_mismatch, p_value_threshold = plan.dist_threshold, plan.p_mismatch, plan.p_value_threshold
 
     notes = KvBlockNotes()
     checked = mismatched = not_computable = 0
@@ -98,11 +125,11 @@ async def validate_poc_artifacts(
         p_value=verdict.p_value,
         fraud_detected=verdict.fraud_detected,
         kv_blocks_note=notes.describe(),
-        duplicate_nonces=duplicates,
+        duplicate_nonces=plan.duplicates,
         n_not_computable=not_computable,
     )
-    if callback_url:
-        deliver(callback_url, _validated_body(request, summary))
+    if plan.callback_url:
+        deliver(plan.callback_url, validated_body(request, summary))
     yield vpb.ValidatePocArtifactsResponse(summary=summary)
 
 
@@ -154,7 +181,7 @@ def _claimed_b64(claim: vpb.ClaimedArtifact) -> str:
     return claim.vector_b64
 
 
-def _validated_body(request: vpb.ValidatePocArtifactsRequest, summary: vpb.PocValidationSummary) -> dict:
+def validated_body(request: vpb.ValidatePocArtifactsRequest, summary: vpb.PocValidationSummary) -> dict:
     """The deployed server's body for {url}/validated (gonka-network.md)."""
     return {
         "request_id": request.request_id,

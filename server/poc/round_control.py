@@ -47,7 +47,7 @@ class RoundCallback(ArtifactSink, Protocol):
     """The delivery of the round's artifacts (server.poc.callbacks.ArtifactCallback)."""
 
     def finish(self) -> None: ...
-    def counts(self) -> RoundCounts: ...
+    def counts(self) -> RoundCounts | None: ...
 
 
 CallbackFactory = Callable[[str, RoundParameters], RoundCallback | None]
@@ -84,6 +84,9 @@ class RoundControl:
         self._may_resume_inference = may_resume_inference
         self._rounds: dict[str, tuple[MiningRound, RoundCallback | None, asyncio.Task[None]]] = {}
         self._running: MiningRound | None = None
+        # Set while no round runs (server.http.generate_queue waits on it before each job).
+        self._idle = asyncio.Event()
+        self._idle.set()
         self._latest: str | None = None
         self._observers: list[RoundObserver] = []
 
@@ -94,19 +97,27 @@ class RoundControl:
     def running(self) -> MiningRound | None:
         return self._running
 
-    async def start(self, params: RoundParameters) -> MiningRound:
+    async def wait_until_idle(self) -> None:
+        """Returns once no round runs (at once when none does)."""
+        while self._running is not None:
+            await self._idle.wait()
+
+    async def start(self, params: RoundParameters, callback_factory: CallbackFactory | None = None) -> MiningRound:
+        """`callback_factory`: where this round's artifacts go instead of the server's own (the HTTP API's pull
+        stream, for a round the API node gave no URL)."""
         # No await before the round is registered: a StopRound, a status read or a shutdown at any
         # instant of StartRound finds the round, and two StartRounds cannot both find none running.
         if self._running is not None:
             raise _already_running(self._running)
         params, groups = self._groups(params)
         round_id = uuid.uuid4().hex
-        callback = self._callback_factory(round_id, params)
+        callback = (callback_factory or self._callback_factory)(round_id, params)
         sinks = [callback] if callback is not None else []
         mining = MiningRound(round_id, params, groups, self._hub, sinks)
         self._hub.open_round(round_id, params.artifacts.k_dim)
         self._gate.close(round_id)
         self._running = mining
+        self._idle.clear()
         self._latest = round_id
         started = asyncio.get_running_loop().create_future()
         # Read here even when the StartRound that waits for it has gone away.
@@ -138,8 +149,9 @@ class RoundControl:
         return self._entry(round_id)[0]
 
     def callback_counts(self, round_id: str) -> RoundCounts | None:
-        """The round's callback deliveries; None without a callback_url (or for a round just forgotten, which
-        --poc-retention-s 0 allows between a StopRound's end and its answer)."""
+        """The round's callback deliveries; None without a callback_url, for a round whose artifacts go to the pull
+        stream, or for a round just forgotten (which --poc-retention-s 0 allows between a StopRound's end and its
+        answer)."""
         entry = self._rounds.get(round_id)
         callback = None if entry is None else entry[1]
         return None if callback is None else callback.counts()
@@ -185,6 +197,7 @@ class RoundControl:
     async def _reopen(self) -> None:
         """Inference admitted again (unless the server is shutting down)."""
         self._running = None
+        self._idle.set()
         if self._may_resume_inference():
             self._instances.resume()
         self._gate.open()

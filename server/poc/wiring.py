@@ -66,6 +66,11 @@ class PocComponents:
         self.store.append(validated_url(url), body, round_id=None, artifacts=0)
         self.sender.flush()
 
+    def job_callback(self, url: str, identity: CallbackIdentity, k_dim: int, request_id: str) -> ArtifactCallback:
+        """The artifacts of an HTTP `generate` job for `{url}/generated`, with its `request_id`, through the store
+        (the job's id groups its batches into one POST, as a round's id does)."""
+        return ArtifactCallback(url, identity, k_dim, request_id, self.store, self.sender.flush, request_id=request_id)
+
     async def shutdown(self) -> None:
         """Stops the running round and delivery (after the flush bound); the store stays open for close()."""
         await self.control.shutdown()
@@ -80,11 +85,13 @@ class PocComponents:
     def _round_callback(self, round_id: str, params: RoundParameters) -> ArtifactCallback | None:
         if not params.callback_url:
             return None
-        identity = CallbackIdentity(
-            params.artifacts.public_key, params.artifacts.block_hash, params.block_height, params.node_id
-        )
         return ArtifactCallback(
-            params.callback_url, identity, params.artifacts.k_dim, round_id, self.store, self.sender.flush
+            params.callback_url,
+            CallbackIdentity.of_round(params),
+            params.artifacts.k_dim,
+            round_id,
+            self.store,
+            self.sender.flush,
         )
 
 

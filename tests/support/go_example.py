@@ -1,5 +1,5 @@
-"""The Go client's example command, built once per test session (GOPATH mode, offline, as
-`make go-check` builds it)."""
+"""The Go client's commands (its example, the API node's management client), built once per test session (GOPATH
+mode, offline, as `make go-check` builds them)."""
 
 from __future__ import annotations
 
@@ -14,14 +14,21 @@ GOPATH_GO = REPO_ROOT / "clients" / "go" / "gopath.sh"
 
 
 def build_go_example(folder: Path) -> Path:
-    binary = folder / "mlnode-example"
+    return build_go_command(folder, "mlnode-example")
+
+
+def build_go_command(folder: Path, name: str) -> Path:
+    """clients/go/cmd/`name`, built into `folder`."""
+    binary = folder / name
     build = subprocess.run(
-        [str(GOPATH_GO), "build", "-o", str(binary), "./cmd/mlnode-example"],
+        [str(GOPATH_GO), "build", "-o", str(binary), f"./cmd/{name}"],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
     if build.returncode != 0:
-        pytest.fail(f"building the Go example failed (`make go-setup` installs the Go toolchain):\n{build.stderr}")
+        pytest.fail(
+            f"building the Go command {name} failed (`make go-setup` installs the Go toolchain):\n{build.stderr}"
+        )
     return binary

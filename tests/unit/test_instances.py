@@ -11,6 +11,8 @@ from grpc_health.v1 import health_pb2
 
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.errors import EngineDead
+from engine_ext.hang_watch import HangRule
+from engine_ext.step_progress import ProgressSample
 from server.admission import Admission
 from server.engine_watch import watch_instances
 from server.health import HealthService
@@ -25,6 +27,12 @@ class StandInEngine:
     def __init__(self) -> None:
         self.errored = False
         self.calls = EngineCalls(timeout_seconds=30, stuck_after_seconds=0.05)
+
+        # What step_progress reports: (output batches, unfinished requests).
+        self.progress = (0, 0)
+
+    def step_progress(self) -> ProgressSample:
+        return ProgressSample(*self.progress)
 
     def stick(self) -> None:
         """A call into it that never returns (stuck once it is older than stuck_after_seconds)."""
@@ -98,6 +106,28 @@ def test_the_watch_reports_each_instance_and_keeps_the_service_serving_while_one
     assert trigger.reason == ""  # no shutdown while the minimum lives
     assert strict_trigger.exit_code == 1
     assert strict_trigger.reason == "1 of 2 instances have a living engine, fewer than --min-instances 2"
+
+
+def test_the_watch_turns_a_hung_instance_not_serving_and_back_once_it_steps() -> None:
+    async def scenario() -> tuple[InstanceState, int, InstanceState, int]:
+        health, trigger, admission = HealthService(), ShutdownTrigger(), Admission()
+        instances = EngineInstances(
+            [EngineInstance(index, StandInEngine(), None, alone=False, hang_rule=HangRule(0.1, 3)) for index in (0, 1)]
+        )
+        for service in ("", INFERENCE, instance_health_name(0), instance_health_name(1)):
+            await health.set(service, SERVING)
+        instances[0].engine.progress = (7, 2)  # requests wait, the count stands still
+        watch = asyncio.create_task(watch_instances(instances, trigger, health, ("", INFERENCE), admission))
+        await asyncio.sleep(2.8)
+        hung = (instances[0].state, health._server_status[instance_health_name(0)])
+        instances[0].engine.progress = (8, 2)
+        await asyncio.sleep(0.8)
+        stepped = (instances[0].state, health._server_status[instance_health_name(0)])
+        watch.cancel()
+        assert instances[1].state is InstanceState.SERVING
+        return (*hung, *stepped)
+
+    assert asyncio.run(scenario()) == (InstanceState.STUCK, NOT_SERVING, InstanceState.SERVING, SERVING)
 
 
 def test_a_servers_one_engine_dying_takes_it_down_as_before_instances() -> None:
