@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import socket
+from dataclasses import dataclass
 
 from server.options import ServerOptions
 
@@ -12,44 +13,55 @@ class PortUnavailable(RuntimeError):
     pass
 
 
+@dataclass(frozen=True)
+class _Listener:
+    flag: str
+    # How a refusal names it: "the gRPC port".
+    name: str
+    host: str
+    port: int
+    address: str
+
+
 def require_port_free(options: ServerOptions) -> None:
-    """Fails in a fraction of a second instead of after vLLM's import and the engine's start: the
-    gRPC address, the metrics endpoint's when --metrics-port is given, the management API's when --http-port is,
-    the pull stream's when --callback-stream-port is too, the inference port's when --inference-port is."""
-    _require_free(options.host, options.port, options.address)
+    """Fails in a fraction of a second instead of after vLLM's import and the engine's start: each address the
+    flags ask the server to listen on (the gRPC port; the metrics endpoint, the management API, the pull stream and
+    the inference port where given) is a port of its own, and free."""
+    listeners = _listeners(options)
+    for index, listener in enumerate(listeners):
+        for earlier in listeners[:index]:
+            if listener.port == earlier.port:
+                raise PortUnavailable(
+                    f"{listener.flag} {listener.port} is {earlier.name} ({earlier.flag}): give it a port of its own"
+                )
+        _require_free(listener.host, listener.port, listener.address)
+
+
+def _listeners(options: ServerOptions) -> list[_Listener]:
+    listeners = [_Listener("--port", "the gRPC port", options.host, options.port, options.address)]
     metrics = options.metrics
     if metrics is not None:
-        if metrics.port == options.port:
-            raise PortUnavailable(f"--metrics-port {metrics.port} is the gRPC port (--port): give it a port of its own")
-        _require_free(metrics.host, metrics.port, metrics.address)
+        listeners.append(_Listener("--metrics-port", "the metrics port", metrics.host, metrics.port, metrics.address))
     http = options.http
     if http is not None:
-        if http.port == options.port:
-            raise PortUnavailable(f"--http-port {http.port} is the gRPC port (--port): give it a port of its own")
-        if metrics is not None and http.port == metrics.port:
-            raise PortUnavailable(f"--http-port {http.port} is the metrics port (--metrics-port): give it its own")
-        _require_free(http.host, http.port, http.address)
+        listeners.append(_Listener("--http-port", "the management port", http.host, http.port, http.address))
         stream_address = http.callback_stream_address
         if http.callback_stream_port is not None and stream_address is not None:
-            taken = {options.port: "--port", http.port: "--http-port"}
-            if metrics is not None:
-                taken[metrics.port] = "--metrics-port"
-            if http.callback_stream_port in taken:
-                raise PortUnavailable(
-                    f"--callback-stream-port {http.callback_stream_port} is the {taken[http.callback_stream_port]} "
-                    "port: give it a port of its own"
+            listeners.append(
+                _Listener(
+                    "--callback-stream-port",
+                    "the pull stream's port",
+                    http.callback_stream_host,
+                    http.callback_stream_port,
+                    stream_address,
                 )
-            _require_free(http.callback_stream_host, http.callback_stream_port, stream_address)
+            )
     inference = options.inference
     if inference is not None:
-        taken = {options.port: "the gRPC port (--port)"}
-        if metrics is not None:
-            taken[metrics.port] = "the metrics port (--metrics-port)"
-        if http is not None:
-            taken[http.port] = "the management port (--http-port)"
-        if inference.port in taken:
-            raise PortUnavailable(f"--inference-port {inference.port} is {taken[inference.port]}: give it its own")
-        _require_free(inference.host, inference.port, inference.address)
+        listeners.append(
+            _Listener("--inference-port", "the inference port", inference.host, inference.port, inference.address)
+        )
+    return listeners
 
 
 def _require_free(host: str, port: int, address: str) -> None:

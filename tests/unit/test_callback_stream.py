@@ -353,12 +353,19 @@ def test_a_bound_stream_port_or_another_of_the_servers_ports_is_refused_before_t
         with pytest.raises(PortUnavailable, match=f"127.0.0.1:{taken} is already in use"):
             require_port_free(server_options("--port", "0", "--http-port", "9410", "--callback-stream-port", taken))
     for flags, name in (
-        (("--port", "9411", "--http-port", "9412", "--callback-stream-port", "9411"), "--port"),
-        (("--port", "0", "--http-port", "9412", "--callback-stream-port", "9412"), "--http-port"),
+        (("--port", "9411", "--http-port", "9412", "--callback-stream-port", "9411"), r"the gRPC port \(--port\)"),
+        (
+            ("--port", "0", "--http-port", "9412", "--callback-stream-port", "9412"),
+            r"the management port \(--http-port\)",
+        ),
         (
             ("--port", "0", "--http-port", "9412", "--metrics-port", "9413", "--callback-stream-port", "9413"),
-            "--metrics-port",
+            r"the metrics port \(--metrics-port\)",
+        ),
+        (
+            ("--port", "0", "--http-port", "9412", "--callback-stream-port", "9414", "--inference-port", "9414"),
+            r"the pull stream's port \(--callback-stream-port\)",
         ),
     ):
-        with pytest.raises(PortUnavailable, match=f"is the {name} port"):
+        with pytest.raises(PortUnavailable, match=f"port [0-9]+ is {name}"):
             require_port_free(server_options(*flags))
