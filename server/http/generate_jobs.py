@@ -21,7 +21,7 @@ from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.instances import EngineInstances
 from server.poc.artifact_compute import compute_artifacts, compute_plan
 from server.poc.artifact_validation import ValidatedCallback, validate_poc_artifacts, validated_body
-from server.poc.artifacts import vector_b64
+from server.poc.artifacts import artifact_entries
 from server.poc.batch_runner import KvBlockNotes
 from server.poc.callbacks import CallbackIdentity
 from server.poc.round_params import PocLimits
@@ -80,16 +80,13 @@ async def run_computation(
     plan = compute_plan(request, engine.limits)
     k_dim = plan.params.k_dim
     callback = None if sink_of is None else sink_of(k_dim)
-    artifacts: list[dict[str, Any]] = []
+    artifacts: list[dict[str, int | str]] = []
     not_computable: list[int] = []
     async with aclosing(compute_artifacts(plan, engine.instances.require_available(), KvBlockNotes())) as computed:
         async for _instance, split in computed:
             if callback is not None and split.nonces:
                 callback.add(split.nonces, split.vectors)
-            artifacts += [
-                {"nonce": nonce, "vector_b64": vector_b64(split.vectors, k_dim, index)}
-                for index, nonce in enumerate(split.nonces)
-            ]
+            artifacts += artifact_entries(split.nonces, split.vectors, k_dim)
             not_computable += [failure.nonce for failure in split.failures]
     if callback is not None:
         callback.finish()

@@ -3,6 +3,7 @@ batch's nonces that have none (poc-v2-models.md section 5)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +59,13 @@ class ArtifactBatch:
     def vector_b64(self, index: int) -> str:
         """Row `index` in the network's artifact encoding (standard base64 of 2k little-endian bytes)."""
         return vector_b64(self.vectors, self.k_dim, index)
+
+
+def artifact_entries(nonces: Sequence[int], vectors: bytes, k_dim: int) -> list[dict[str, int | str]]:
+    """The nonces and their vectors as the deployed JSON bodies list them: `[{nonce, vector_b64}]`."""
+    return [
+        {"nonce": int(nonce), "vector_b64": vector_b64(vectors, k_dim, index)} for index, nonce in enumerate(nonces)
+    ]
 
 
 def vector_b64(vectors: bytes, k_dim: int, index: int) -> str:

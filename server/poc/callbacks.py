@@ -11,7 +11,7 @@ from typing import Any
 
 from engine_ext.consensus.artifact import encoding_metadata
 
-from .artifacts import vector_b64
+from .artifacts import artifact_entries
 from .callback_store import CallbackStore, RoundCounts
 from .callback_stream import CallbackSink, poc_batches_path
 from .round_params import RoundParameters
@@ -52,11 +52,7 @@ class GeneratedBody:
         self._k_dim = k_dim
 
     def of(self, nonces: Sequence[int], vectors: bytes) -> dict[str, Any]:
-        artifacts = [
-            {"nonce": int(nonce), "vector_b64": vector_b64(vectors, self._k_dim, index)}
-            for index, nonce in enumerate(nonces)
-        ]
-        return {**self._fields, "artifacts": artifacts, "encoding": self._encoding}
+        return {**self._fields, "artifacts": artifact_entries(nonces, vectors, self._k_dim), "encoding": self._encoding}
 
 
 class ArtifactCallback:
