@@ -350,5 +350,5 @@ gpu-wheels-split: gpu-wheels
 
 # The source tree first, so its code wins over the copy in the project's wheel; then the offline install.
 gpu-check:
-	PYTHONPATH=$(CURDIR):$(CURDIR)/clients/python:$(abspath $(GPU_SITE))$${PYTHONPATH:+:$$PYTHONPATH} \
+	PYTHONPATH=$(CURDIR):$(CURDIR)/clients/python:$$(cat $(GPU_SITE)/.python-path 2>/dev/null)$${PYTHONPATH:+:$$PYTHONPATH} \
 	    $(PYTHON) -m pytest -q -p no:cacheprovider $(GPU_TESTS) $(PYTEST_ARGS)

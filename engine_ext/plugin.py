@@ -34,6 +34,7 @@ def register() -> None:
     import vllm
     from vllm.platforms import current_platform
 
+    from engine_ext.cuda_runtime_binding import bind_cuda_runtime_wrappers
     from engine_ext.engine_core_utilities import add_engine_core_utilities
     from engine_ext.process_lifetime import end_with_parent, exit_without_a_final_collection
     from engine_ext.seams import install_seams
@@ -43,4 +44,6 @@ def register() -> None:
     exit_without_a_final_collection()
     require_supported_vllm(vllm.__version__)
     install_seams(is_cpu_platform=current_platform.is_cpu())
+    if current_platform.is_cuda():
+        bind_cuda_runtime_wrappers()
     add_engine_core_utilities()

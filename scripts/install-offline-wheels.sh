@@ -9,11 +9,13 @@
 # - `pip install --no-index --no-deps --target`: exactly these files, nothing resolved or fetched. TARGET_DIR is
 #   rebuilt whole each time, so a wheel dropped from the folder does not live on in it; for that reason a
 #   non-empty TARGET_DIR that this script did not make is refused.
-# - Prints the PYTHONPATH to export. PYTHON (default python3) is the interpreter to install for.
+# - Prints the PYTHONPATH to export, and writes it into TARGET_DIR/.python-path. PYTHON (default python3) is the interpreter to install for.
 set -euo pipefail
 
 PYTHON="${PYTHON:-python3}"
 MARKER=".installed-by-install-offline-wheels"
+# The path to put on PYTHONPATH, written into the target.
+PATH_FILE=".python-path"
 # Where split wheels are joined; removed on exit.
 SCRATCH=""
 # Reads every member, so a part missing from the middle is caught here rather than by pip half-way.
@@ -106,10 +108,22 @@ main() {
     rm -rf "$target"
     mv "$staging" "$target"
 
-    local site
+    local site path line pth
     site="$(cd "$target" && pwd)"
+    path="$site"
+    # A folder on PYTHONPATH is not a site directory: Python reads no .pth file there, so the folders that wheels'
+    # .pth files add (nvidia-cutlass-dsl's `cutlass`, for one) go on the path themselves.
+    for pth in "$site"/*.pth; do
+        [ -e "$pth" ] || continue
+        while IFS= read -r line || [ -n "$line" ]; do
+            case "$line" in "" | "#"* | import*) continue ;; esac
+            if [ -d "$site/$line" ]; then path+=":$site/$line"; fi
+        done < "$pth"
+    done
+    # Kept beside the wheels for whatever runs them (`make gpu-check` reads it).
+    echo "$path" > "$site/$PATH_FILE"
     echo "installed ${#wheels[@]} wheels into $site; to use them:"
-    echo "export PYTHONPATH=$site\${PYTHONPATH:+:\$PYTHONPATH}"
+    echo "export PYTHONPATH=$path\${PYTHONPATH:+:\$PYTHONPATH}"
 }
 
 main "$@"

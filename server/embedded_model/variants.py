@@ -200,6 +200,76 @@ MINIMAX_M27_SHAPE = ShapeVariant(
         }
     ),
 )
+# DeepSeek-V4-Flash as served (poc-v2-models.md section 7.1: H 4096, vocabulary 129 280, MQA head 512 with rotary 64,
+# 64 query heads, 4 hyper-connection streams, 256 routed experts + 1 shared of which 6 run per token, the first 3
+# layers hash-routed; sliding window 128, compressed layers at ratio 4 with the indexer's top 512 and at ratio 128),
+# 4 layers deep: two sliding-window layers, one at ratio 4 and one at ratio 128, as the released model's first
+# layers and both compressed kinds; the first 3 hash-routed. The other numbers are transformers' DeepseekV4Config
+# defaults (q rank 1024, output groups 8 of rank 1024, expert width 2048, indexer 64 heads of 128, routed scale 1.5,
+# sqrt-softplus scoring, SwiGLU clamp 10, 20 Sinkhorn iterations) and the released checkpoint's format as vLLM's
+# DeepseekV4FP8Config reads it: FP8 attention and dense weights in 128 x 128 blocks with UE8M0 scales, MXFP4
+# experts (`expert_dtype` fp4); YaRN x16 over 65 536 positions; no MTP layer. The Qwen tokenizer's larger
+# vocabulary is harmless: PoC feeds embeddings and pseudo ids below `vocab_size` (poc-v2-models.md section 2.2).
+DEEPSEEK_V4_FLASH_SHAPE = ShapeVariant(
+    "deepseek-v4-flash-shape-4-layers",
+    MODELS_DIR / "deepseek-v4-flash-shape-4-layers",
+    MappingProxyType(
+        {
+            "architectures": ("DeepseekV4ForCausalLM",),
+            "model_type": "deepseek_v4",
+            "vocab_size": 129280,
+            "hidden_size": 4096,
+            "num_hidden_layers": 4,
+            "num_attention_heads": 64,
+            "num_key_value_heads": 1,
+            "head_dim": 512,
+            "qk_rope_head_dim": 64,
+            "q_lora_rank": 1024,
+            "o_groups": 8,
+            "o_lora_rank": 1024,
+            "sliding_window": 128,
+            "compress_ratios": (0, 0, 4, 128),
+            "compress_rope_theta": 160000.0,
+            "index_n_heads": 64,
+            "index_head_dim": 128,
+            "index_topk": 512,
+            "hc_mult": 4,
+            "hc_sinkhorn_iters": 20,
+            "hc_eps": 1e-6,
+            "n_routed_experts": 256,
+            "n_shared_experts": 1,
+            "num_experts_per_tok": 6,
+            "moe_intermediate_size": 2048,
+            "num_hash_layers": 3,
+            "scoring_func": "sqrtsoftplus",
+            "topk_method": "noaux_tc",
+            "norm_topk_prob": True,
+            "routed_scaling_factor": 1.5,
+            "swiglu_limit": 10.0,
+            "hidden_act": "silu",
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 10000.0,
+            "rope_scaling": {
+                "rope_type": "yarn",
+                "factor": 16.0,
+                "original_max_position_embeddings": 65536,
+                "beta_fast": 32,
+                "beta_slow": 1,
+            },
+            "max_position_embeddings": 1048576,
+            "num_nextn_predict_layers": 0,
+            "tie_word_embeddings": False,
+            "expert_dtype": "fp4",
+            "quantization_config": {
+                "quant_method": "fp8",
+                "fmt": "e4m3",
+                "scale_fmt": "ue8m0",
+                "activation_scheme": "dynamic",
+                "weight_block_size": (128, 128),
+            },
+        }
+    ),
+)
 VARIANTS: Mapping[str, Variant | ArchitectureVariant | ShapeVariant] = MappingProxyType(
     {
         v.name: v
@@ -211,6 +281,7 @@ VARIANTS: Mapping[str, Variant | ArchitectureVariant | ShapeVariant] = MappingPr
             QWEN3_8B_SHAPE,
             QWEN3_30B_A3B_SHAPE,
             MINIMAX_M27_SHAPE,
+            DEEPSEEK_V4_FLASH_SHAPE,
         )
     }
 )

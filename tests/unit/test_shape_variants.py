@@ -13,7 +13,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from server.embedded_model import DEFAULT_VARIANT, VARIANTS, build_embedded_model
-from server.embedded_model.variants import QWEN3_8B_SHAPE, QWEN3_30B_A3B_SHAPE, ShapeVariant
+from server.embedded_model.variants import DEEPSEEK_V4_FLASH_SHAPE, QWEN3_8B_SHAPE, QWEN3_30B_A3B_SHAPE, ShapeVariant
 from tests.support.server_process import REPO_ROOT
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
@@ -103,3 +103,22 @@ def test_the_command_line_builds_a_shape_variant(tmp_path: Path) -> None:
     subprocess.run(command, cwd=REPO_ROOT, check=True, capture_output=True, timeout=300)
     assert json.loads((out / "config.json").read_text())["hidden_size"] == 4096
     assert not list(out.glob("*.safetensors"))
+
+
+def test_the_deepseek_v4_flash_shape_reads_as_vllm_reads_the_released_config(tmp_path: Path) -> None:
+    """vLLM's own DeepseekV4Config (not transformers') reads the shape: the spec's numbers for DeepSeek-V4-Flash
+    (poc-v2-models.md section 7.1), its first layers' kinds, and the checkpoint's quantization as vLLM dispatches it."""
+    from vllm.transformers_utils.config import get_config
+
+    model_dir = build_embedded_model(tmp_path / "model", DEEPSEEK_V4_FLASH_SHAPE)
+    config = get_config(str(model_dir), trust_remote_code=False)
+    assert type(config).__module__ == "vllm.transformers_utils.configs.deepseek_v4"
+    assert (config.architectures, config.hidden_size, config.vocab_size) == (["DeepseekV4ForCausalLM"], 4096, 129280)
+    assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (64, 1, 512)
+    assert (config.n_routed_experts, config.n_shared_experts, config.num_experts_per_tok) == (256, 1, 6)
+    assert (config.hc_mult, config.sliding_window, config.index_topk) == (4, 128, 512)
+    # Two sliding-window layers, then one compressed at 4 (with the indexer) and one at 128; three hash-routed.
+    assert (config.num_hidden_layers, config.compress_ratios, config.num_hash_layers) == (4, [0, 0, 4, 128], 3)
+    assert config.rope_parameters["rope_type"] == "yarn" and config.expert_dtype == "fp4"
+    assert config.quantization_config["weight_block_size"] == [128, 128]
+    assert not list(model_dir.glob("*.safetensors"))
