@@ -222,9 +222,12 @@ class MlnodeEngine:
 
     async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
         """One PoC batch on KV blocks borrowed for it inside the same engine-core call
-        (engine_ext.poc.block_lease); the result says when too few blocks were free."""
+        (engine_ext.poc.block_lease); the result says when too few blocks were free. Waited on as engine work
+        (EngineCalls.work_timeout_seconds), not as a report."""
         return PocBatchResult.from_wire(
-            await self._guarded("PoC forward (utility call mlnode_poc_forward)", self._poc_call(batch))
+            await self._guarded(
+                "PoC forward (utility call mlnode_poc_forward)", self._poc_call(batch), self.calls.work_timeout_seconds
+            )
         )
 
     async def poc_decoder(self) -> PocDecoderReport:
@@ -235,10 +238,16 @@ class MlnodeEngine:
         )
         return PocDecoderReport(**reports[0])
 
-    async def compile_poc_forward(self) -> PocBatchResult:
-        """Compiles the PoC forward now (for an engine with `poc_compiled`), so that no round or validation
-        waits for it (torch.compile takes seconds on a CPU, longer on a large model; inductor's cache
-        shortens later starts). Not bounded by the engine-call timeout: it runs before serving.
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the engine runs on vLLM's CPU platform, whose kernels are all built ahead of time."""
+        return current_platform.is_cpu()
+
+    async def prepare_poc_forward(self) -> PocBatchResult:
+        """Runs the PoC forward's first batches now, so that no round or validation waits for what they build:
+        the compiled forward's graphs (torch.compile takes seconds on a CPU, longer on a large model; inductor's
+        cache shortens later starts), or on a GPU the kernels an eager model's layers compile on first use. Not
+        bounded by the engine-call timeout: it runs before serving.
 
         On a GPU the compiling batch is as large as a PoC batch may be (max_num_batched_tokens): inductor
         tunes each generated kernel's launch configuration on the first call and keeps it for every later
@@ -254,7 +263,7 @@ class MlnodeEngine:
         result = await self._prepare_call(small)
         if result.status == BATCH_INSUFFICIENT_BLOCKS:
             log.warning(
-                "compiling the PoC forward on a small batch: %d KV blocks free, %d needed for a full-size one",
+                "the PoC forward's first batch is a small one: %d KV blocks free, %d needed for a full-size one",
                 result.free_blocks,
                 result.needed_blocks,
             )
@@ -263,9 +272,7 @@ class MlnodeEngine:
         if result.status == BATCH_OK:
             result = await self._prepare_call(small, one_nonce_fewer=True)
         if result.status != BATCH_OK:
-            raise PocForwardUnprepared(
-                f"the compiled PoC forward's first batches came back {result.status}: {result.detail}"
-            )
+            raise PocForwardUnprepared(f"the PoC forward's first batches came back {result.status}: {result.detail}")
         return result
 
     async def _prepare_call(self, small: bool, one_nonce_fewer: bool = False) -> PocBatchResult:
@@ -355,9 +362,9 @@ class MlnodeEngine:
     async def _utility(self, name: str) -> Any:
         return await self._guarded(f"utility call {name}", self._llm.engine_core.call_utility_async(name))
 
-    async def _guarded(self, name: str, call: Any) -> Any:
+    async def _guarded(self, name: str, call: Any, timeout_seconds: float | None = None) -> Any:
         try:
-            return await self.calls.call(name, call)
+            return await self.calls.call(name, call, timeout_seconds)
         except EngineDeadError as error:
             raise EngineDead("the engine has died") from error
 

@@ -5,6 +5,8 @@ collective RPCs inside that same loop, so a call in flight cannot be interrupted
 would hang its caller forever. Here a caller waits at most `timeout_seconds` (then
 EngineCallTimeout), while the call itself runs on and stays tracked; a call still unanswered
 after `stuck_after_seconds` makes `problem()` say so, which the server turns into NOT_SERVING.
+Engine work (a PoC batch) is waited on up to `work_timeout_seconds`: as long as the engine may go
+unanswered before it counts as stuck.
 """
 
 from __future__ import annotations
@@ -29,15 +31,24 @@ class EngineCalls:
         # Calls not yet answered: task -> (name, start time).
         self._pending: dict[asyncio.Future, tuple[str, float]] = {}
 
-    async def call(self, name: str, call: Awaitable[T]) -> T:
+    @property
+    def work_timeout_seconds(self) -> float:
+        """The wait on engine work rather than on a report: a PoC batch's first run at a new shape may compile
+        kernels (DeepSeek-V4's TileLang and Triton kernels took over 30 s in one batch on an H200), which only the
+        stuck threshold may cut off."""
+        return max(self.timeout_seconds, self.stuck_after_seconds)
+
+    async def call(self, name: str, call: Awaitable[T], timeout_seconds: float | None = None) -> T:
+        """Waits at most `timeout_seconds` (default: the engine-call timeout) for the call's answer."""
+        limit = self.timeout_seconds if timeout_seconds is None else timeout_seconds
         task = asyncio.ensure_future(call)
         self._pending[task] = (name, self._clock())
         task.add_done_callback(self._answered)
         try:
             # shield: a caller that gives up (timeout, cancelled RPC) leaves the call running and tracked.
-            return await asyncio.wait_for(asyncio.shield(task), self.timeout_seconds)
+            return await asyncio.wait_for(asyncio.shield(task), limit)
         except asyncio.TimeoutError:
-            raise EngineCallTimeout(name, self.timeout_seconds, answered=task) from None
+            raise EngineCallTimeout(name, limit, answered=task) from None
 
     def problem(self) -> str | None:
         """Why the engine counts as stuck (its oldest unanswered call is too old), or None."""

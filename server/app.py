@@ -190,8 +190,11 @@ def _start_engine(options: ServerOptions, engine_args: EngineSettings, device_sl
 
 
 async def _prepare_poc_forward(instances: EngineInstances, poc: PocOptions) -> None:
-    """Refuses a model the PoC forward has no decoder for (unless PoC is off), then compiles the forward: the first
-    instance alone (inductor's on-disk cache then holds the graphs), the others side by side."""
+    """Refuses a model the PoC forward has no decoder for (unless PoC is off), then runs the forward's first batches
+    before serving: the first instance alone (inductor's on-disk cache then holds the graphs), the others side by
+    side. Compiled, they compile it; eager on a GPU, they compile the kernels the model's layers build on first use
+    (DeepSeek-V4's TileLang and Triton kernels took over 30 s in a first round batch on an H200), so that a round's
+    first batch does not wait on them. Eager on a CPU nothing compiles at run time."""
     if not poc.enabled:
         log.info("PoC is off (--poc-forward off): PocService and ValidatePocArtifacts refuse every call")
         return
@@ -200,20 +203,27 @@ async def _prepare_poc_forward(instances: EngineInstances, poc: PocOptions) -> N
     if report.unsupported:
         raise StartupError(report.unsupported)
     log.info("PoC forward: %s on %s", report.decoder, report.architecture)
-    if not instances.first.engine.poc_compiled:
-        return
-    if not report.compiles:
-        log.info("vLLM runs %s eagerly, and so does the PoC forward (nothing to compile)", report.architecture)
-        return
-    log.info("compiling the PoC forward (torch.compile; --poc-forward eager skips it)")
+    compiling = instances.first.engine.poc_compiled and report.compiles
+    if not compiling:
+        eagerly = "the PoC forward runs eagerly (--poc-forward eager)"
+        if instances.first.engine.poc_compiled:
+            eagerly = f"vLLM runs {report.architecture} eagerly, and so does the PoC forward"
+        if instances.first.engine.on_cpu:
+            log.info("%s: nothing to compile", eagerly)
+            return
+        log.info("%s: its first batches compile the kernels the layers build on first use", eagerly)
+    else:
+        log.info("compiling the PoC forward (torch.compile; --poc-forward eager skips it)")
     started = time.monotonic()
     try:
-        result = await instances.first.engine.compile_poc_forward()
-        await asyncio.gather(*(instance.engine.compile_poc_forward() for instance in list(instances)[1:]))
-    except Exception as error:  # torch.compile's failures have no common base class
-        raise StartupError(
-            f"the PoC forward did not compile ({error}); --poc-forward eager runs it uncompiled"
-        ) from error
+        result = await instances.first.engine.prepare_poc_forward()
+        await asyncio.gather(*(instance.engine.prepare_poc_forward() for instance in list(instances)[1:]))
+    except Exception as error:  # torch.compile's and the kernel compilers' failures have no common base class
+        way_out = "--poc-forward eager runs it uncompiled" if compiling else "--poc-forward off serves inference only"
+        raise StartupError(f"the PoC forward's first batches failed ({error}); {way_out}") from error
+    if not compiling:
+        log.info("PoC forward's first batches ran in %.1f s", time.monotonic() - started)
+        return
     log.info(
         "PoC forward compiled in %.1f s (%d graphs, %.1f s of it in inductor, on the first instance)",
         time.monotonic() - started,

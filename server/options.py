@@ -175,8 +175,8 @@ def add_server_arguments(parser: argparse.ArgumentParser) -> None:
         type=_positive(float),
         default=DEFAULT_ENGINE_STUCK_SECONDS,
         metavar="SECONDS",
-        help="a call into the engine still unanswered after this many seconds turns health NOT_SERVING "
-        "(default: %(default)s)",
+        help="a call into the engine still unanswered after this many seconds turns health NOT_SERVING; a PoC batch "
+        "(engine work, whose first run at a shape may compile kernels) is waited on this long (default: %(default)s)",
     )
     group.add_argument(
         "--engine-hang-grace",

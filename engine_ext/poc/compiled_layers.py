@@ -18,7 +18,7 @@ experts) is a constant the kernels are specialized for. Each step's token-major 
 call; the pieces after a graph break start from tensors nobody marks, so they compile for one token count first and
 dynamo's automatic dynamic shapes (hence `dynamic=None`, not False, which would recompile them for every batch size
 until the recompile limit sent them to eager) make it dynamic at the first other count: the server runs its second
-start-up batch at another size for that (MlnodeEngine.compile_poc_forward). The graphs are counted and their compile
+start-up batch at another size for that (MlnodeEngine.prepare_poc_forward). The graphs are counted and their compile
 time summed, for the start-up log and the benchmarks.
 """
 

@@ -84,3 +84,29 @@ def test_a_failing_call_raises_its_error_to_the_caller() -> None:
         assert calls.problem() is None
 
     asyncio.run(scenario())
+
+
+def test_engine_work_is_waited_on_until_the_engine_would_count_as_stuck() -> None:
+    """A PoC batch outlasting the engine-call timeout (kernels compiling on its first run) is still answered; one
+    outlasting the stuck threshold fails with that threshold in its message."""
+
+    async def scenario() -> None:
+        calls = EngineCalls(timeout_seconds=0.02, stuck_after_seconds=0.2)
+        assert calls.work_timeout_seconds == 0.2
+
+        async def work(seconds: float) -> str:
+            await asyncio.sleep(seconds)
+            return "artifacts"
+
+        assert await calls.call("PoC forward", work(0.08), calls.work_timeout_seconds) == "artifacts"
+        with pytest.raises(EngineCallTimeout) as caught:
+            await calls.call("PoC forward", work(0.5), calls.work_timeout_seconds)
+        assert "did not answer PoC forward within 0.2 s" in str(caught.value)
+        with pytest.raises(EngineCallTimeout):  # a report is still held to the engine-call timeout
+            await calls.call("utility x", work(0.08))
+
+    asyncio.run(scenario())
+
+
+def test_the_work_timeout_is_never_below_the_engine_call_timeout() -> None:
+    assert EngineCalls(timeout_seconds=300.0, stuck_after_seconds=120.0).work_timeout_seconds == 300.0

@@ -258,17 +258,18 @@ def test_a_shutdown_inside_start_round_stops_the_round_and_ends_its_subscribers(
 
 
 class SlowForwardEngine(StandInEngine):
-    """Forwards that outlast the engine-call timeout, called through the real EngineCalls."""
+    """Forwards that outlast the wait on engine work (the stuck threshold), called through the real EngineCalls as
+    MlnodeEngine.poc_forward calls them."""
 
     FORWARD_SECONDS = 0.4
 
     def __init__(self) -> None:
         super().__init__()
-        self.calls = EngineCalls(timeout_seconds=0.05, stuck_after_seconds=120)
+        self.calls = EngineCalls(timeout_seconds=0.01, stuck_after_seconds=0.05)
         self.in_flight = 0
 
     async def poc_forward(self, batch: PocBatch) -> PocBatchResult:
-        return await self.calls.call("PoC forward", self._forward(batch))
+        return await self.calls.call("PoC forward", self._forward(batch), self.calls.work_timeout_seconds)
 
     async def _forward(self, batch: PocBatch) -> PocBatchResult:
         self.in_flight += 1

@@ -1,4 +1,4 @@
-"""How the server compiles the PoC forward before serving (MlnodeEngine.compile_poc_forward): on a GPU the first
+"""How the server compiles the PoC forward before serving (MlnodeEngine.prepare_poc_forward): on a GPU the first
 batch is full-size, since inductor keeps the kernel launch configurations it tunes on the first call; too few
 free KV blocks fall back to a small batch; a CPU compiles on a small one. A second batch of one nonce fewer follows
 (never one nonce), so that the pieces after a graph break become dynamic in the token count before serving. The engine core is a stand-in here:
@@ -46,7 +46,7 @@ def on_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_gpu_compiles_on_a_full_size_batch(on_gpu: None) -> None:
     calls: list[PocBatch] = []
-    asyncio.run(_engine([BATCH_OK, BATCH_OK], calls).compile_poc_forward())
+    asyncio.run(_engine([BATCH_OK, BATCH_OK], calls).prepare_poc_forward())
     # As many tokens as a step takes, in no more sequences than a step runs (on an H200, FlashAttention 3's
     # metadata build failed on 16-token nonces filling the step: more sequences than its max_num_seqs of 256).
     assert [(len(batch.nonces), batch.seq_len) for batch in calls] == [
@@ -57,25 +57,25 @@ def test_a_gpu_compiles_on_a_full_size_batch(on_gpu: None) -> None:
 
 def test_too_few_free_blocks_fall_back_to_a_small_batch(on_gpu: None, caplog: pytest.LogCaptureFixture) -> None:
     calls: list[PocBatch] = []
-    asyncio.run(_engine([BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, BATCH_OK], calls).compile_poc_forward())
+    asyncio.run(_engine([BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, BATCH_OK], calls).prepare_poc_forward())
     assert [len(batch.nonces) for batch in calls] == [MAX_SEQS, 3, 2]
     assert "10 KV blocks free, 2048 needed" in caplog.text
 
 
 def test_a_cpu_compiles_on_a_small_batch() -> None:
     calls: list[PocBatch] = []
-    asyncio.run(_engine([BATCH_OK, BATCH_OK], calls).compile_poc_forward())
+    asyncio.run(_engine([BATCH_OK, BATCH_OK], calls).prepare_poc_forward())
     assert [len(batch.nonces) for batch in calls] == [3, 2]
 
 
 def test_a_second_batch_that_cannot_run_stops_the_start() -> None:
     with pytest.raises(PocForwardUnprepared, match=BATCH_INSUFFICIENT_BLOCKS):
-        asyncio.run(_engine([BATCH_OK, BATCH_INSUFFICIENT_BLOCKS], []).compile_poc_forward())
+        asyncio.run(_engine([BATCH_OK, BATCH_INSUFFICIENT_BLOCKS], []).prepare_poc_forward())
 
 
 def test_a_first_batch_that_cannot_run_stops_the_start(on_gpu: None) -> None:
     with pytest.raises(PocForwardUnprepared, match=BATCH_INSUFFICIENT_BLOCKS):
-        asyncio.run(_engine([BATCH_INSUFFICIENT_BLOCKS, BATCH_INSUFFICIENT_BLOCKS], []).compile_poc_forward())
+        asyncio.run(_engine([BATCH_INSUFFICIENT_BLOCKS, BATCH_INSUFFICIENT_BLOCKS], []).prepare_poc_forward())
 
 
 @pytest.mark.parametrize(
