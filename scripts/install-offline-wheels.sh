@@ -9,7 +9,8 @@
 # - `pip install --no-index --no-deps --target`: exactly these files, nothing resolved or fetched. TARGET_DIR is
 #   rebuilt whole each time, so a wheel dropped from the folder does not live on in it; for that reason a
 #   non-empty TARGET_DIR that this script did not make is refused.
-# - Prints the PYTHONPATH to export, and writes it into TARGET_DIR/.python-path. PYTHON (default python3) is the interpreter to install for.
+# - Prints the PYTHONPATH to export (with the folders that wheels' .pth files add), and writes it into
+#   TARGET_DIR/.python-path. PYTHON (default python3) is the interpreter to install for.
 set -euo pipefail
 
 PYTHON="${PYTHON:-python3}"
