@@ -203,20 +203,23 @@ async def _prepare_poc_forward(instances: EngineInstances, poc: PocOptions) -> N
     if report.unsupported:
         raise StartupError(report.unsupported)
     log.info("PoC forward: %s on %s", report.decoder, report.architecture)
-    compiling = instances.first.engine.poc_compiled and report.compiles
-    if not compiling:
-        eagerly = "the PoC forward runs eagerly (--poc-forward eager)"
-        if instances.first.engine.poc_compiled:
-            eagerly = f"vLLM runs {report.architecture} eagerly, and so does the PoC forward"
-        if instances.first.engine.on_cpu:
+    engine = instances.first.engine
+    compiling = engine.poc_compiled and report.compiles
+    if compiling:
+        log.info("compiling the PoC forward (torch.compile; --poc-forward eager skips it)")
+    else:
+        eagerly = (
+            f"vLLM runs {report.architecture} eagerly, and so does the PoC forward"
+            if engine.poc_compiled
+            else "the PoC forward runs eagerly (--poc-forward eager)"
+        )
+        if engine.on_cpu:
             log.info("%s: nothing to compile", eagerly)
             return
         log.info("%s: its first batches compile the kernels the layers build on first use", eagerly)
-    else:
-        log.info("compiling the PoC forward (torch.compile; --poc-forward eager skips it)")
     started = time.monotonic()
     try:
-        result = await instances.first.engine.prepare_poc_forward()
+        result = await engine.prepare_poc_forward()
         await asyncio.gather(*(instance.engine.prepare_poc_forward() for instance in list(instances)[1:]))
     except Exception as error:  # torch.compile's and the kernel compilers' failures have no common base class
         way_out = "--poc-forward eager runs it uncompiled" if compiling else "--poc-forward off serves inference only"

@@ -13,6 +13,7 @@ import pytest
 from engine_ext.engine import PocDecoderReport
 from engine_ext.poc.batch import BATCH_OK, PocBatchResult
 from server.app import StartupError, _prepare_poc_forward
+from server.instances import EngineInstance, EngineInstances
 from server.poc.options import PocOptions
 
 
@@ -34,19 +35,9 @@ class StandInEngine:
         return PocBatchResult(BATCH_OK)
 
 
-@dataclass
-class StandInInstance:
-    engine: StandInEngine
-
-
-class StandInInstances(list[StandInInstance]):
-    @property
-    def first(self) -> StandInInstance:
-        return self[0]
-
-
 def _prepared(*engines: StandInEngine) -> list[int]:
-    asyncio.run(_prepare_poc_forward(StandInInstances(StandInInstance(engine) for engine in engines), PocOptions()))  # type: ignore[arg-type]
+    instances = EngineInstances([EngineInstance(index, engine, runner=None) for index, engine in enumerate(engines)])
+    asyncio.run(_prepare_poc_forward(instances, PocOptions()))
     return [len(engine.prepared) for engine in engines]
 
 
