@@ -59,7 +59,6 @@ from tests.support.server_process import start_server
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]
 SERVER_FLAGS = ["--no-enable-prefix-caching", "--max-num-seqs", "128"]
-VOCAB_SAMPLE = 150_000
 K = 12
 
 
@@ -71,13 +70,16 @@ def parse_shape(text: str) -> tuple[int, int]:
 async def reference_prefill(client: AsyncInferenceClient, seq_len: int, batch: int, seconds: float) -> float:
     """Sequences/s of `batch` concurrent one-token generations of `seq_len` random prompt tokens."""
     rng = random.Random(seq_len * 1000 + batch)
+    # The model's rows, not the tokenizer's ids: a model may have fewer rows than the tokenizer (the DeepSeek-V4
+    # shape's 129,280 beside the Qwen tokenizer's 151,669).
+    vocab_size = (await client.model_info()).vocab_size
     done = 0
     deadline = time.monotonic() + seconds
 
     async def worker() -> None:
         nonlocal done
         while time.monotonic() < deadline:
-            prompt = [rng.randrange(VOCAB_SAMPLE) for _ in range(seq_len)]
+            prompt = [rng.randrange(vocab_size) for _ in range(seq_len)]
             await client.generate(token_ids=prompt, max_tokens=1, temperature=0.0)
             done += 1
 

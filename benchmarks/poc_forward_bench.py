@@ -46,7 +46,6 @@ from benchmarks.trace_gaps import report as idle_report
 
 BLOCK_HASH = "0x5eed"
 PUBLIC_KEY = "bench-public-key"
-VOCAB_SAMPLE = 150_000
 K_DIM = 12
 # The profiled batch's range in the trace: the window its idle time is measured in.
 PROFILED_RANGE = "poc_batch"
@@ -82,9 +81,9 @@ class Shape:
         self.block_ids = [[1 + row * per_sequence + j for j in range(per_sequence)] for row in range(batch)]
         self.poc_batch = PocBatch(BLOCK_HASH, PUBLIC_KEY, tuple(range(batch)), seq_len, K_DIM, False)
         rng = random.Random(seq_len * 1000 + batch)
-        self.prompts = [
-            {"prompt_token_ids": [rng.randrange(VOCAB_SAMPLE) for _ in range(seq_len)]} for _ in range(batch)
-        ]
+        # The model's rows bound the ids (a shape variant may have fewer than the Qwen tokenizer's ids).
+        vocab_size = llm.llm_engine.vllm_config.model_config.get_vocab_size()
+        self.prompts = [{"prompt_token_ids": [rng.randrange(vocab_size) for _ in range(seq_len)]} for _ in range(batch)]
 
     def poc(self, compiled: bool) -> tuple[float, bytes]:
         from engine_ext.poc.batch import PocBatchResult

@@ -44,8 +44,12 @@ class ModelFacts:
 
     @property
     def max_token_id(self) -> int:
-        """Largest id the model accepts as input (vLLM's own out-of-vocabulary bound)."""
-        return max(self.tokenizer_max_token_id, self.vocab_size - 1)
+        """Largest id the model accepts as input: its embedding's last row.
+
+        Not vLLM's own bound, the larger of this and the tokenizer's largest id (that admits multimodal placeholder
+        ids): a text model's embedding gathers the id, and on a GPU an id past its rows is a device-side assert that
+        kills the engine (seen with the DeepSeek-V4 shape's 129,280 rows beside the Qwen tokenizer's 151,669 ids)."""
+        return self.vocab_size - 1
 
 
 def read_model_facts(vllm_config: Any, tokenizer: Any) -> ModelFacts:

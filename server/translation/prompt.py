@@ -64,6 +64,7 @@ class PromptReader:
         else:
             raise invalid_field("input", "one of token_ids, text or chat is required")
         self._require_fits_the_context(len(ids), kind)
+        require_tokenized_in_vocabulary(ids, self._facts, kind)
         return ids
 
     async def _render_chat(self, chat: pb.ChatInput) -> list[int]:
@@ -135,6 +136,19 @@ def require_in_vocabulary(ids: list[int], facts: ModelFacts, field: str) -> None
             Reason.TOKEN_OUT_OF_VOCABULARY,
             f"{field}[{index}]: token id {ids[index]} is outside the vocabulary (ids 0..{facts.max_token_id})",
             field=f"{field}[{index}]",
+        )
+
+
+def require_tokenized_in_vocabulary(ids: list[int], facts: ModelFacts, field: str) -> None:
+    """The tokenizer's ids fit the model's rows only when the two belong together; a served tokenizer larger than the
+    model (a shape variant beside the Qwen tokenizer) would otherwise send the engine an id it cannot embed."""
+    if ids and max(ids) > facts.max_token_id:
+        raise ServiceError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            Reason.TOKEN_OUT_OF_VOCABULARY,
+            f"{field}: the tokenizer gave token id {max(ids)}, outside the model's vocabulary "
+            f"(ids 0..{facts.max_token_id}): the served tokenizer is larger than the model",
+            field=field,
         )
 
 

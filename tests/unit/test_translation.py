@@ -11,7 +11,7 @@ import pytest
 from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.client import build_request
 from gonka.mlnode.v1 import inference_pb2 as pb
-from server.errors import ServiceError
+from server.errors import Reason, ServiceError
 from server.tokenizer_pool import TokenizerPool
 from server.translation import GenerationPlan, RequestTranslator
 from server.translation.chat_template import client_template_variables
@@ -197,6 +197,23 @@ def test_the_constraint_field_is_remembered_for_engine_rejections(translator: Re
 )
 def test_limits_of_the_model_are_enforced(translator: RequestTranslator, request_kwargs: dict, field: str) -> None:
     assert refusal(translator, build_request(**request_kwargs)).field == field
+
+
+def test_a_model_with_fewer_rows_than_its_tokenizer_refuses_ids_past_its_rows(tokenizer, pool: TokenizerPool) -> None:
+    """The DeepSeek-V4 shape (129,280 rows) served with the Qwen tokenizer (151,669 ids): an id past the rows would
+    kill the engine in the embedding's gather on a GPU, so token ids, stop ids and tokenized prompts stop here."""
+    small = make_translator(tokenizer, pool, ModelFacts(**{**FACTS.__dict__, "vocab_size": 129280}))
+    assert plan(small, build_request(token_ids=[1, 129279], max_tokens=1)).request.prompt_token_ids == [1, 129279]
+    beyond = refusal(small, build_request(token_ids=[1, 129280], max_tokens=1))
+    assert (beyond.reason, beyond.field) == (Reason.TOKEN_OUT_OF_VOCABULARY, "token_ids.ids[1]")
+    assert "(ids 0..129279)" in beyond.message
+    stop = refusal(small, build_request(token_ids=[1], max_tokens=1, stop_token_ids=[151643]))
+    assert (stop.reason, stop.field) == (Reason.TOKEN_OUT_OF_VOCABULARY, "sampling.stop_token_ids[0]")
+    # The chat template's own tokens (<|im_start|> is 151644) are past the rows.
+    chat = refusal(small, build_request(messages=[("user", "hi")], max_tokens=1))
+    assert (chat.reason, chat.field) == (Reason.TOKEN_OUT_OF_VOCABULARY, "chat")
+    assert "151644" in chat.message or "151645" in chat.message
+    assert plan(small, build_request(prompt="hello world", max_tokens=1)).request.prompt_token_ids
 
 
 def test_a_model_without_chat_template_refuses_chat(tokenizer, pool: TokenizerPool) -> None:

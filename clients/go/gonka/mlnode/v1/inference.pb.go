@@ -490,8 +490,8 @@ type TokenIds struct {
 	sizeCache     protoimpl.SizeCache
 	unknownFields protoimpl.UnknownFields
 
-	// Token ids of the model's vocabulary, 0..max(GetModelInfoResponse.tokenizer_max_token_id,
-	// vocab_size - 1).
+	// Token ids of the model's vocabulary, 0..GetModelInfoResponse.vocab_size - 1 (the model's
+	// rows, whatever the tokenizer knows).
 	Ids []uint32 `protobuf:"varint,1,rep,packed,name=ids,proto3" json:"ids,omitempty"`
 }
 
@@ -1813,7 +1813,8 @@ type GetModelInfoResponse struct {
 	ModelPath string `protobuf:"bytes,2,opt,name=model_path,json=modelPath,proto3" json:"model_path,omitempty"`
 	// The context, in tokens: the prompt plus the output (vLLM's --max-model-len).
 	MaxContextLength uint32 `protobuf:"varint,3,opt,name=max_context_length,json=maxContextLength,proto3" json:"max_context_length,omitempty"`
-	// Rows of the model's output layer (may exceed the tokenizer's vocabulary).
+	// Rows of the model's embedding and output layer (may exceed or fall short of the tokenizer's
+	// vocabulary); input token ids go up to vocab_size - 1.
 	VocabSize uint32 `protobuf:"varint,4,opt,name=vocab_size,json=vocabSize,proto3" json:"vocab_size,omitempty"`
 	// The tokenizer's end-of-sequence token id.
 	EosTokenId uint32 `protobuf:"varint,5,opt,name=eos_token_id,json=eosTokenId,proto3" json:"eos_token_id,omitempty"`
@@ -1828,8 +1829,8 @@ type GetModelInfoResponse struct {
 	TensorParallelSize uint32 `protobuf:"varint,9,opt,name=tensor_parallel_size,json=tensorParallelSize,proto3" json:"tensor_parallel_size,omitempty"`
 	// Whether the tokenizer has a chat template; without one, GenerateRequest.chat is INVALID_FIELD.
 	HasChatTemplate bool `protobuf:"varint,10,opt,name=has_chat_template,json=hasChatTemplate,proto3" json:"has_chat_template,omitempty"`
-	// Largest token id the tokenizer itself knows. Input token ids may go up to the larger of this
-	// and vocab_size - 1.
+	// Largest token id the tokenizer itself knows. Input token ids go up to vocab_size - 1, beyond
+	// this where the model has more rows; a prompt whose tokens pass the model's rows is refused.
 	TokenizerMaxTokenId uint32 `protobuf:"varint,11,opt,name=tokenizer_max_token_id,json=tokenizerMaxTokenId,proto3" json:"tokenizer_max_token_id,omitempty"`
 	// Most characters a text prompt (or the chat messages' contents together) may have
 	// (--max-prompt-chars; by default 16 per token of the context).
