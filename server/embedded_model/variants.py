@@ -209,7 +209,8 @@ MINIMAX_M27_SHAPE = ShapeVariant(
 # sqrt-softplus scoring, SwiGLU clamp 10, 20 Sinkhorn iterations) and the released checkpoint's format as vLLM's
 # DeepseekV4FP8Config reads it: FP8 attention and dense weights in 128 x 128 blocks with UE8M0 scales, MXFP4
 # experts (`expert_dtype` fp4); YaRN x16 over 65 536 positions; no MTP layer. The Qwen tokenizer's larger
-# vocabulary is harmless: PoC feeds embeddings and pseudo ids below `vocab_size` (poc-v2-models.md section 2.2).
+# vocabulary is harmless to PoC, which feeds embeddings and pseudo ids below `vocab_size` (poc-v2-models.md section
+# 2.2); a chat prompt carries the template's tokens past the 129,280 rows and is refused (TOKEN_OUT_OF_VOCABULARY).
 DEEPSEEK_V4_FLASH_SHAPE = ShapeVariant(
     "deepseek-v4-flash-shape-4-layers",
     MODELS_DIR / "deepseek-v4-flash-shape-4-layers",
