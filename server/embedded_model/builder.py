@@ -29,6 +29,8 @@ INIT_STD = 0.02
 # MiniMax-M2's per-expert routing bias: as large as the spread of the sigmoid router's scores (about 0.06 with these
 # weights), so that it changes which experts a token goes to (a router that ignored it would route otherwise).
 ROUTING_BIAS_STD = 0.05
+# DeepSeek-V4's hyper-connection scales (per layer and the head's), set to 1.
+HYPER_CONNECTION_SCALES = ("hc_attn_scale", "hc_ffn_scale", "hc_head_scale")
 
 # Qwen's pre-tokenizer split (single digits, unlike cl100k's \p{N}{1,3}).
 QWEN_SPLIT_PATTERN = (
@@ -221,13 +223,34 @@ def _write_architecture_weights(out_dir: Path, config: Mapping[str, Any]) -> Non
     import torch
     from safetensors.torch import save_file
 
+    from server.embedded_model.block_formats import quantize_fp8_blocks, quantize_mxfp4
+
+    quantizers = {"fp8": quantize_fp8_blocks, "mxfp4": quantize_mxfp4}
     tensors = {}
-    for name, (shape, dtype) in checkpoint_tensors(config).items():
-        if name.endswith("e_score_correction_bias"):
+    for name, (shape, storage) in checkpoint_tensors(config).items():
+        if storage in quantizers:
+            # Drawn in bf16 as the other weights, then stored as the released checkpoint stores it.
+            weight, scale = quantizers[storage](_seeded_tensor(name, shape))
+            tensors[name] = weight
+            tensors[name.removesuffix(".weight") + ".scale"] = scale
+        elif storage == "expert_ids":
+            tensors[name] = _seeded_expert_ids(name, shape, config["n_routed_experts"])
+        elif name.endswith(("e_score_correction_bias", ".gate.bias")):
             tensors[name] = _seeded_normal(name, shape, ROUTING_BIAS_STD)
+        elif name.endswith(HYPER_CONNECTION_SCALES):
+            # transformers' own initial value: a scale of 0.02 would leave the mixes nearly input-independent.
+            tensors[name] = torch.ones(shape, dtype=torch.float32)
         else:
-            tensors[name] = _seeded_tensor(name, shape).to(getattr(torch, dtype))
+            tensors[name] = _seeded_tensor(name, shape).to(getattr(torch, storage))
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _seeded_expert_ids(name: str, shape: tuple[int, ...], num_experts: int) -> torch.Tensor:
+    """A hash-routing table: per row (token id), `shape[1]` distinct expert ids, from the tensor's own generator."""
+    import torch
+
+    keys = torch.rand((shape[0], num_experts), generator=_generator(name))
+    return keys.argsort(dim=1)[:, : shape[1]].to(torch.int32)
 
 
 def _write_configs(out_dir: Path, config: Mapping[str, Any]) -> None:
@@ -249,9 +272,14 @@ def _seeded_normal(name: str, shape: tuple[int, ...], std: float) -> torch.Tenso
     others (and a deeper variant's first layers are the shallower one's)."""
     import torch
 
+    return torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=_generator(name))
+
+
+def _generator(name: str) -> torch.Generator:
+    import torch
+
     name_key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
-    generator = torch.Generator().manual_seed(WEIGHT_SEED ^ name_key)
-    return torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=generator)
+    return torch.Generator().manual_seed(WEIGHT_SEED ^ name_key)
 
 
 def _write_build_info(out_dir: Path, variant: AnyVariant) -> None:
