@@ -12,7 +12,10 @@ forward does not, and this module adds, every choice in one place:
   scales, eps 1e-10, and runs DeepGEMM's fp8_einsum (models/deepseek_v4/common/ops/fused_inv_rope_fp8_quant.py:110,
   nvidia/ops/o_proj.py).
 * Unquantized, as vLLM builds them without a quantization config: the compressors' wkv/wgate
-  (compressor.py:226), the indexer's weights_proj (attention.py:707), the router (GateLinear, float32 logits).
+  (compressor.py:226), the indexer's weights_proj (attention.py:707), the router.
+* The router's logits in float32: GateLinear(out_dtype=float32) on sm90 at these sizes is cuBLAS bf16 x bf16 with
+  float32 output (model_executor/layers/fused_moe/router/gate_linear.py:141), where transformers rounds the logits
+  to bf16; scores, top-k and expert weights then stay float32 (a bf16 router would pick other experts on near ties).
   The routed MXFP4 experts run on Marlin on sm90 (fused_moe/oracle/mxfp4.py:327: W4A16, bf16 activations), so their
   inputs stay bf16 too.
 * K/V (K = V in V4) as the fp8_ds_mla cache holds them, for the sliding window and the compressed entries alike:
@@ -78,6 +81,9 @@ def apply_sm90_numerics(model: nn.Module) -> None:
     for name, module in model.model.layers.named_modules():
         if name.endswith(FP8_INPUT_SUFFIXES):
             module.register_forward_pre_hook(_fp8_input)
+    for layer in model.model.layers:
+        # bf16 weights and inputs widen to float32 exactly: the products are cuBLAS's, the sums float32.
+        layer.mlp.gate.float().register_forward_pre_hook(_float32_input)
     # V4's own eager attention (with the per-head sink), fed the cache's rounding of K/V, under eager's masks: an
     # attention name without a mask function of its own gets no mask at all (masking_utils.py, not causal).
     AttentionInterface.register(SM90_ATTENTION, _fp8_ds_mla_attention(eager_attention_forward))
@@ -87,6 +93,10 @@ def apply_sm90_numerics(model: nn.Module) -> None:
 
 def _fp8_input(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
     return (round_through_e4m3(args[0], ACTIVATION_GROUP, ACTIVATION_EPS), *args[1:])
+
+
+def _float32_input(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    return (args[0].float(), *args[1:])
 
 
 def _fp8_ds_mla_attention(eager: Callable[..., Any]) -> Callable[..., Any]:
