@@ -71,6 +71,8 @@ FIRST_ADDED_TOKEN_ID = 151643
 ENDOFTEXT_ID = 151643
 IM_END_ID = 151645
 LM_HEAD = "lm_head.weight"
+# What _write_tokenizer writes.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 MODEL_CONFIG = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -111,15 +113,23 @@ def ensure_embedded_model(model_dir: Path | None = None, variant: AnyVariant = D
     return model_dir
 
 
-def build_embedded_model(model_dir: Path | None = None, variant: AnyVariant = DEFAULT_VARIANT) -> Path:
+def build_embedded_model(
+    model_dir: Path | None = None, variant: AnyVariant = DEFAULT_VARIANT, tokenizer_from: Path | None = None
+) -> Path:
     """Builds into a temporary sibling and renames it into place, so a reader never sees half a model.
-    The directory defaults to the variant's own, so a variant is never built over the default model."""
+    The directory defaults to the variant's own, so a variant is never built over the default model.
+    `tokenizer_from`: an embedded model's directory whose tokenizer files are copied instead of converted, for a
+    host without `dashscope` (a GPU host: the weights are drawn there, the tokenizer comes with the checkout)."""
     model_dir = variant.directory if model_dir is None else model_dir
     model_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{model_dir.name}-", dir=model_dir.parent))
     staging.chmod(0o755)
     try:
-        _write_tokenizer(staging)
+        if tokenizer_from is None:
+            _write_tokenizer(staging)
+        else:
+            for name in TOKENIZER_FILES:
+                shutil.copyfile(tokenizer_from / name, staging / name)
         if isinstance(variant, ShapeVariant):
             # A released model's shape: its config over the tiny model's, and no weights.
             _write_configs(staging, {**MODEL_CONFIG, **variant.config_overrides})
