@@ -51,7 +51,9 @@ def _dequantize(weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
 def load_bf16_deepseek_v4(model_dir: Path) -> Any:
     """transformers' DeepseekV4ForCausalLM of `model_dir`'s checkpoint, in bf16 (its float32 modules as it keeps
     them), eval mode, on CPU."""
-    from transformers import AutoModelForCausalLM
+    # transformers' own classes by name: vLLM registers a DeepseekV4Config of its own for `deepseek_v4` with the
+    # Auto classes once its config module is imported (in a test session, another test may have done so).
+    from transformers.models.deepseek_v4 import DeepseekV4Config, DeepseekV4ForCausalLM
 
     config = json.loads((model_dir / "config.json").read_text())
     with tempfile.TemporaryDirectory(prefix="deepseek-v4-bf16-") as staging:
@@ -59,8 +61,11 @@ def load_bf16_deepseek_v4(model_dir: Path) -> Any:
         plain_config = {key: value for key, value in config.items() if key not in QUANTIZATION_KEYS}
         (bf16_dir / "config.json").write_text(json.dumps(plain_config))
         save_file(dequantized_tensors(model_dir / "model.safetensors"), str(bf16_dir / "model.safetensors"))
-        model, info = AutoModelForCausalLM.from_pretrained(
-            str(bf16_dir), dtype=torch.bfloat16, output_loading_info=True
+        model, info = DeepseekV4ForCausalLM.from_pretrained(
+            str(bf16_dir),
+            config=DeepseekV4Config.from_pretrained(str(bf16_dir)),
+            dtype=torch.bfloat16,
+            output_loading_info=True,
         )
     # A tensor the layout misnames would otherwise be left at transformers' initial value, silently.
     problems = {key: value for key, value in info.items() if value}
