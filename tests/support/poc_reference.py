@@ -3,8 +3,9 @@
 The engine computes artifacts in vLLM's batched forward (engine_ext.poc.worker_forward): its own attention
 metadata, borrowed KV blocks, vLLM's decoder layers whose output is the pair (hidden, residual), the reflections
 between them. This reference shares none of that: the same checkpoint loaded by transformers' implementation of
-its architecture (Qwen3, MiniMax-M2), one causal sequence per call, no KV cache, the reflection applied by a hook
-to HF's single residual-stream output. What
+its architecture (Qwen3, MiniMax-M2, DeepSeek-V4: dequantized, with the spec's pseudo input ids and optionally
+vLLM's sm90 roundings), causal sequences without a KV cache, the reflection applied by a hook to HF's residual-stream
+output (DeepSeek-V4's: its 4 hyper-connection streams). What
 both share is the consensus core (inputs, layer vectors, reflection formula, head), which the unit tests
 check against the spec's conformance vectors on their own. So a disagreement between the engine and this
 reference points at the engine's forward (a missing or misplaced reflection, wrong inputs, the wrong token or
