@@ -1,4 +1,4 @@
-"""An independent PoC v2 forward (poc-v2.md sections 3-5) with Hugging Face transformers, one nonce at a time.
+"""An independent PoC v2 forward (poc-v2.md sections 3-5) with Hugging Face transformers, a batch of nonces per forward.
 
 The engine computes artifacts in vLLM's batched forward (engine_ext.poc.worker_forward): its own attention
 metadata, borrowed KV blocks, vLLM's decoder layers whose output is the pair (hidden, residual), the reflections
