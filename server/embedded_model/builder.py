@@ -29,6 +29,8 @@ INIT_STD = 0.02
 # MiniMax-M2's per-expert routing bias: as large as the spread of the sigmoid router's scores (about 0.06 with these
 # weights), so that it changes which experts a token goes to (a router that ignored it would route otherwise).
 ROUTING_BIAS_STD = 0.05
+# DeepSeek-V4's hyper-connection scales (per layer and the head's), set to 1.
+HYPER_CONNECTION_SCALES = ("hc_attn_scale", "hc_ffn_scale", "hc_head_scale")
 
 # Qwen's pre-tokenizer split (single digits, unlike cl100k's \p{N}{1,3}).
 QWEN_SPLIT_PATTERN = (
@@ -69,6 +71,8 @@ FIRST_ADDED_TOKEN_ID = 151643
 ENDOFTEXT_ID = 151643
 IM_END_ID = 151645
 LM_HEAD = "lm_head.weight"
+# What _write_tokenizer writes.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 MODEL_CONFIG = {
     "architectures": ["Qwen3ForCausalLM"],
@@ -109,15 +113,23 @@ def ensure_embedded_model(model_dir: Path | None = None, variant: AnyVariant = D
     return model_dir
 
 
-def build_embedded_model(model_dir: Path | None = None, variant: AnyVariant = DEFAULT_VARIANT) -> Path:
+def build_embedded_model(
+    model_dir: Path | None = None, variant: AnyVariant = DEFAULT_VARIANT, tokenizer_from: Path | None = None
+) -> Path:
     """Builds into a temporary sibling and renames it into place, so a reader never sees half a model.
-    The directory defaults to the variant's own, so a variant is never built over the default model."""
+    The directory defaults to the variant's own, so a variant is never built over the default model.
+    `tokenizer_from`: an embedded model's directory whose tokenizer files are copied instead of converted, for a
+    host without `dashscope` (a GPU host: the weights are drawn there, the tokenizer comes with the checkout)."""
     model_dir = variant.directory if model_dir is None else model_dir
     model_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{model_dir.name}-", dir=model_dir.parent))
     staging.chmod(0o755)
     try:
-        _write_tokenizer(staging)
+        if tokenizer_from is None:
+            _write_tokenizer(staging)
+        else:
+            for name in TOKENIZER_FILES:
+                shutil.copyfile(tokenizer_from / name, staging / name)
         if isinstance(variant, ShapeVariant):
             # A released model's shape: its config over the tiny model's, and no weights.
             _write_configs(staging, {**MODEL_CONFIG, **variant.config_overrides})
@@ -221,13 +233,34 @@ def _write_architecture_weights(out_dir: Path, config: Mapping[str, Any]) -> Non
     import torch
     from safetensors.torch import save_file
 
+    from server.embedded_model.block_formats import quantize_fp8_blocks, quantize_mxfp4
+
+    quantizers = {"fp8": quantize_fp8_blocks, "mxfp4": quantize_mxfp4}
     tensors = {}
-    for name, (shape, dtype) in checkpoint_tensors(config).items():
-        if name.endswith("e_score_correction_bias"):
+    for name, (shape, storage) in checkpoint_tensors(config).items():
+        if storage in quantizers:
+            # Drawn in bf16 as the other weights, then stored as the released checkpoint stores it.
+            weight, scale = quantizers[storage](_seeded_tensor(name, shape))
+            tensors[name] = weight
+            tensors[name.removesuffix(".weight") + ".scale"] = scale
+        elif storage == "expert_ids":
+            tensors[name] = _seeded_expert_ids(name, shape, config["n_routed_experts"])
+        elif name.endswith(("e_score_correction_bias", ".gate.bias")):
             tensors[name] = _seeded_normal(name, shape, ROUTING_BIAS_STD)
+        elif name.endswith(HYPER_CONNECTION_SCALES):
+            # transformers' own initial value: a scale of 0.02 would leave the mixes nearly input-independent.
+            tensors[name] = torch.ones(shape, dtype=torch.float32)
         else:
-            tensors[name] = _seeded_tensor(name, shape).to(getattr(torch, dtype))
+            tensors[name] = _seeded_tensor(name, shape).to(getattr(torch, storage))
     save_file(tensors, str(out_dir / "model.safetensors"), metadata={"format": "pt"})
+
+
+def _seeded_expert_ids(name: str, shape: tuple[int, ...], num_experts: int) -> torch.Tensor:
+    """A hash-routing table: per row (token id), `shape[1]` distinct expert ids, from the tensor's own generator."""
+    import torch
+
+    keys = torch.rand((shape[0], num_experts), generator=_generator(name))
+    return keys.argsort(dim=1)[:, : shape[1]].to(torch.int32)
 
 
 def _write_configs(out_dir: Path, config: Mapping[str, Any]) -> None:
@@ -249,9 +282,14 @@ def _seeded_normal(name: str, shape: tuple[int, ...], std: float) -> torch.Tenso
     others (and a deeper variant's first layers are the shallower one's)."""
     import torch
 
+    return torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=_generator(name))
+
+
+def _generator(name: str) -> torch.Generator:
+    import torch
+
     name_key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:4], "big")
-    generator = torch.Generator().manual_seed(WEIGHT_SEED ^ name_key)
-    return torch.empty(shape, dtype=torch.float32).normal_(0.0, std, generator=generator)
+    return torch.Generator().manual_seed(WEIGHT_SEED ^ name_key)
 
 
 def _write_build_info(out_dir: Path, variant: AnyVariant) -> None:

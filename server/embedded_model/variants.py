@@ -9,7 +9,7 @@ and min-p filters really cut. `qwen3-tiny-16-layers` is the default model 16 lay
 layers are the default's: every tensor is seeded by its name), for the PoC forward's compile scheme.
 
 The architecture variants (`ArchitectureVariant`) are tiny random-weight models of the network's other
-architectures (MiniMax-M2), with the same tokenizer, built the same way.
+architectures (MiniMax-M2, DeepSeek-V4), with the same tokenizer, built the same way.
 
 The shape variants (`ShapeVariant`) are released models' shapes with the same tokenizer and no weights, for GPU
 hosts: vLLM serves them with `--load-format dummy`.
@@ -271,6 +271,30 @@ DEEPSEEK_V4_FLASH_SHAPE = ShapeVariant(
         }
     ),
 )
+# DeepSeek-V4-Flash's architecture small enough for a CPU reference (transformers) yet in shapes vLLM 0.25.1's sm90
+# kernels take: what they hard-wire stays as released (MLA head 512 with rotary 64, whose fp8_ds_mla cache rows are
+# 448 FP8 + 64 bf16; 64 query heads, FlashMLA's smallest h_q; 8 output groups; indexer 64 heads of 128; 4
+# hyper-connection streams; window 128; ratios 4 and 128; MXFP4 experts, FP8 128 x 128 blocks with UE8M0 scales),
+# the free widths shrink to multiples of 128 or 256 (hidden 512, q rank 256, output rank 128, 16 experts of width 256
+# of which 4 run per token). The first 2 of the 4 layers are hash-routed, so the learned router runs too. The
+# vocabulary is the network's 129 280: the pseudo input ids (poc-v2-models.md section 2.2) take it as modulus.
+DEEPSEEK_V4_TINY = ArchitectureVariant(
+    "deepseek-v4-tiny",
+    MODELS_DIR / "deepseek-v4-tiny",
+    MappingProxyType(
+        {
+            **DEEPSEEK_V4_FLASH_SHAPE.config_overrides,
+            "hidden_size": 512,
+            "q_lora_rank": 256,
+            "o_lora_rank": 128,
+            "n_routed_experts": 16,
+            "num_experts_per_tok": 4,
+            "moe_intermediate_size": 256,
+            "num_hash_layers": 2,
+            "torch_dtype": "bfloat16",
+        }
+    ),
+)
 VARIANTS: Mapping[str, Variant | ArchitectureVariant | ShapeVariant] = MappingProxyType(
     {
         v.name: v
@@ -283,9 +307,11 @@ VARIANTS: Mapping[str, Variant | ArchitectureVariant | ShapeVariant] = MappingPr
             QWEN3_30B_A3B_SHAPE,
             MINIMAX_M27_SHAPE,
             DEEPSEEK_V4_FLASH_SHAPE,
+            DEEPSEEK_V4_TINY,
         )
     }
 )
 DEFAULT_MODEL_DIR = DEFAULT_VARIANT.directory
 PEAKED_MODEL_DIR = PEAKED_VARIANT.directory
 MINIMAX_M2_MODEL_DIR = MINIMAX_M2_TINY.directory
+DEEPSEEK_V4_TINY_MODEL_DIR = DEEPSEEK_V4_TINY.directory

@@ -1,10 +1,11 @@
-"""An independent PoC v2 forward (poc-v2.md sections 3-5) with Hugging Face transformers, one nonce at a time.
+"""An independent PoC v2 forward (poc-v2.md sections 3-5) with Hugging Face transformers, a batch of nonces per forward.
 
 The engine computes artifacts in vLLM's batched forward (engine_ext.poc.worker_forward): its own attention
 metadata, borrowed KV blocks, vLLM's decoder layers whose output is the pair (hidden, residual), the reflections
 between them. This reference shares none of that: the same checkpoint loaded by transformers' implementation of
-its architecture (Qwen3, MiniMax-M2), one causal sequence per call, no KV cache, the reflection applied by a hook
-to HF's single residual-stream output. What
+its architecture (Qwen3, MiniMax-M2, DeepSeek-V4: dequantized, with the spec's pseudo input ids and optionally
+vLLM's sm90 roundings), causal sequences without a KV cache, the reflection applied by a hook to HF's residual-stream
+output (DeepSeek-V4's: its 4 hyper-connection streams). What
 both share is the consensus core (inputs, layer vectors, reflection formula, head), which the unit tests
 check against the spec's conformance vectors on their own. So a disagreement between the engine and this
 reference points at the engine's forward (a missing or misplaced reflection, wrong inputs, the wrong token or
@@ -21,23 +22,28 @@ import contextlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 import numpy as np
 import torch
 
-from engine_ext.consensus import head_vectors, inputs_for_nonce, layer_vectors, reflect
+from engine_ext.consensus import head_vectors, inputs_for_nonce, layer_vectors, pseudo_input_ids, reflect
 from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
+from tests.support.deepseek_v4_checkpoint import load_bf16_deepseek_v4
+from tests.support.deepseek_v4_sm90 import apply_sm90_numerics
 
 # x, v -> x reflected by v (engine_ext.consensus.reflect unless a test compares another arithmetic).
 Reflection = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+Numerics = Literal["plain", "sm90"]
 
 
 class HfPocReference:
     """An embedded model under transformers, on CPU, in the checkpoint's dtype (bf16)."""
 
-    def __init__(self, model_dir: Path | str, attention: str = "eager") -> None:
+    def __init__(self, model_dir: Path | str, attention: str = "eager", numerics: Numerics = "plain") -> None:
+        """`numerics`: "plain" is the checkpoint's dtype throughout; "sm90" (DeepSeek-V4 only) adds what vLLM's
+        sm90 kernels round (tests/support/deepseek_v4_sm90.py)."""
         from transformers import AutoConfig, AutoModelForCausalLM
 
         config = AutoConfig.from_pretrained(str(model_dir))
@@ -45,13 +51,23 @@ class HfPocReference:
         # serves the same weights in it.
         declared = getattr(config, "dtype", None) or config.torch_dtype
         self.dtype: torch.dtype = declared if isinstance(declared, torch.dtype) else getattr(torch, str(declared))
-        self.model = AutoModelForCausalLM.from_pretrained(
-            str(model_dir), dtype=self.dtype, attn_implementation=attention
-        )
+        self.model_type = str(config.model_type)
+        if numerics not in ("plain", "sm90") or (numerics == "sm90" and self.model_type != "deepseek_v4"):
+            raise ValueError(f"numerics {numerics!r} is not available for {self.model_type}")
+        if self.model_type == "deepseek_v4":
+            # Its checkpoint is FP8/MXFP4, which transformers reads only dequantized.
+            self.model = load_bf16_deepseek_v4(Path(model_dir))
+            if numerics == "sm90":
+                apply_sm90_numerics(self.model)
+        else:
+            self.model = AutoModelForCausalLM.from_pretrained(
+                str(model_dir), dtype=self.dtype, attn_implementation=attention
+            )
         self.model.eval()
-        if config.model_type == "minimax_m2":
+        if self.model_type == "minimax_m2":
             _route_in_float32(self.model, Path(model_dir))
         self.hidden = int(config.hidden_size)
+        self.vocab_size = int(config.vocab_size)
         self.num_layers = int(config.num_hidden_layers)
 
     def vector(
@@ -68,32 +84,86 @@ class HfPocReference:
         """The artifact of one nonce: float16 [k]. `reflect_layers=False` is the plain forward, a negative
         control: the tests use it to show their tolerance tells a forward without reflections apart. `reflection`:
         the arithmetic of one reflection (benchmarks/reflection_order_bench.py compares rounding orders)."""
-        inputs = inputs_for_nonce(
-            block_hash, public_key, nonce, seq_len, self.hidden, dtype=self.dtype, stronger_rng=stronger_rng
-        )
-        last_hidden = self.last_hidden(block_hash, inputs, reflect_layers, reflection)
-        vectors = head_vectors(last_hidden.float().unsqueeze(0), block_hash, public_key, [nonce], k)
-        return vectors[0].numpy()
+        return self.vectors(
+            block_hash, public_key, [nonce], seq_len, k, stronger_rng, reflect_layers, reflection, batch_size=1
+        )[0]
+
+    def vectors(
+        self,
+        block_hash: str,
+        public_key: str,
+        nonces: Sequence[int],
+        seq_len: int,
+        k: int = 12,
+        stronger_rng: bool = False,
+        reflect_layers: bool = True,
+        reflection: Reflection = reflect,
+        batch_size: int = 16,
+    ) -> np.ndarray:
+        """float16 [len(nonces), k]: `vector` of each nonce, `batch_size` sequences per forward (each sequence
+        attends only to itself, so batching changes no artifact beyond matmul blocking)."""
+        rows = []
+        for start in range(0, len(nonces), batch_size):
+            chunk = list(nonces[start : start + batch_size])
+            inputs = torch.stack(
+                [
+                    inputs_for_nonce(
+                        block_hash, public_key, nonce, seq_len, self.hidden, dtype=self.dtype, stronger_rng=stronger_rng
+                    )
+                    for nonce in chunk
+                ]
+            )
+            ids = self.input_ids(block_hash, public_key, chunk, seq_len)
+            last_hidden = self.last_hidden_batch(block_hash, inputs, ids, reflect_layers, reflection)
+            rows.append(head_vectors(last_hidden.float(), block_hash, public_key, chunk, k).numpy())
+        return np.concatenate(rows)
+
+    def input_ids(self, block_hash: str, public_key: str, nonces: Sequence[int], seq_len: int) -> torch.Tensor | None:
+        """[B, S] the pseudo input ids poc-v2-models.md section 2.2 gives DeepSeek-V4 (its hash-routed layers route
+        by them), None for every other model."""
+        if self.model_type != "deepseek_v4":
+            return None
+        ids = pseudo_input_ids(block_hash, public_key, nonces, seq_len, self.vocab_size)
+        return ids.reshape(len(nonces), seq_len).long()
 
     def last_hidden(
         self, block_hash: str, inputs: torch.Tensor, reflect_layers: bool = True, reflection: Reflection = reflect
     ) -> torch.Tensor:
-        """[H] last-token hidden state after the final norm, with the per-layer reflections applied."""
+        """[H] last-token hidden state of one sequence after the final norm, with the per-layer reflections applied
+        (a model without input ids)."""
+        return self.last_hidden_batch(block_hash, inputs.unsqueeze(0), None, reflect_layers, reflection)[0]
+
+    def last_hidden_batch(
+        self,
+        block_hash: str,
+        inputs: torch.Tensor,
+        input_ids: torch.Tensor | None,
+        reflect_layers: bool = True,
+        reflection: Reflection = reflect,
+    ) -> torch.Tensor:
+        """[B, H] last-token hidden states after the final norm (after DeepSeek-V4's hyper-head collapse) of
+        `inputs` [B, S, H], with the per-layer reflections applied. With `input_ids` [B, S], the model runs its own
+        forward on them with its embedding's output replaced by `inputs`, so the ids reach the hash routers."""
         # Global layer indices 0..L-1 (this reference is never pipeline-split).
         vectors = layer_vectors(block_hash, range(self.num_layers), self.hidden, dtype=self.dtype)
         layers = self.model.model.layers if reflect_layers else []
         handles = [
             layer.register_forward_hook(_reflecting(vectors[index], reflection)) for index, layer in enumerate(layers)
         ]
+        if input_ids is not None:
+            handles.append(self.model.model.embed_tokens.register_forward_hook(lambda module, args, output: inputs))
         try:
             with torch.inference_mode():
-                # Default positions 0..S-1, one sequence, no cache: poc-v2.md section 3.
-                output = self.model.model(inputs_embeds=inputs.unsqueeze(0), use_cache=False)
+                # Default positions 0..S-1 per sequence, no cache: poc-v2.md section 3.
+                if input_ids is None:
+                    output = self.model.model(inputs_embeds=inputs, use_cache=False)
+                else:
+                    output = self.model.model(input_ids=input_ids, use_cache=False)
         finally:
             for handle in handles:
                 handle.remove()
         # last_hidden_state is after the model's final norm (section 5 step 1).
-        return output.last_hidden_state[0, -1, :]
+        return output.last_hidden_state[:, -1, :]
 
 
 def _route_in_float32(model: Any, model_dir: Path) -> None:
@@ -115,7 +185,10 @@ def _reflecting(vector: torch.Tensor, reflection: Reflection) -> Any:
     def hook(module: torch.nn.Module, args: Any, output: Any) -> Any:
         # transformers 4.57 returns the stream as a tensor; older versions return a tuple whose first
         # element is the stream. In HF the layer's output IS the whole residual stream (the residual was
-        # already added inside the layer), so reflecting it alone is the spec's map.
+        # already added inside the layer), so reflecting it alone is the spec's map. DeepSeek-V4's output is its
+        # hyper-connection streams [B, S, 4, H], reflected stream by stream along the last dimension: what
+        # poc-v2-models.md section 4.3 derives from reflecting vLLM's x and its 4 residual streams, hc_post being
+        # linear and mixing only across streams.
         if isinstance(output, torch.Tensor):
             return reflection(output, vector)
         return (reflection(output[0], vector), *output[1:])
