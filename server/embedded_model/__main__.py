@@ -4,7 +4,7 @@ model or one of its variants (variants.py; by default into the variant's own dir
 import argparse
 from pathlib import Path
 
-from server.embedded_model.builder import build_embedded_model
+from server.embedded_model.builder import build_embedded_model, ensure_embedded_model
 from server.embedded_model.variants import DEFAULT_VARIANT, VARIANTS
 
 
@@ -18,10 +18,8 @@ def main() -> None:
     )
     args = parser.parse_args()
     variant = VARIANTS[args.variant]
-    model_dir = args.out or variant.directory
-    if args.force or not (model_dir / "build_info.json").is_file():
-        build_embedded_model(model_dir, variant, args.tokenizer_from)
-    print(model_dir)
+    build = build_embedded_model if args.force else ensure_embedded_model
+    print(build(args.out, variant, args.tokenizer_from))
 
 
 if __name__ == "__main__":

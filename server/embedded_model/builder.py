@@ -104,12 +104,14 @@ MODEL_CONFIG = {
 AnyVariant = Variant | ArchitectureVariant | ShapeVariant
 
 
-def ensure_embedded_model(model_dir: Path | None = None, variant: AnyVariant = DEFAULT_VARIANT) -> Path:
+def ensure_embedded_model(
+    model_dir: Path | None = None, variant: AnyVariant = DEFAULT_VARIANT, tokenizer_from: Path | None = None
+) -> Path:
     """Returns the model directory (by default the variant's own), building it first if it is missing
-    or incomplete."""
+    or incomplete (`tokenizer_from`: as for build_embedded_model)."""
     model_dir = variant.directory if model_dir is None else model_dir
     if not (model_dir / "build_info.json").is_file():
-        build_embedded_model(model_dir, variant)
+        build_embedded_model(model_dir, variant, tokenizer_from)
     return model_dir
 
 
