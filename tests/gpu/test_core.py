@@ -1,6 +1,7 @@
 """The GPU check's core, on the model under test (MLNODE_GPU_MODEL_DIR; conftest.py): streamed generation with
-top-5 logprobs, structured output and its replay through ValidateInference, a mining round that closes the
-inference gate, and the round's own artifacts validated by the same node."""
+top-5 logprobs, structured output and its replay through ValidateInference (and a token-id generation's replay,
+which needs neither chat nor grammar), a mining round that closes the inference gate, and the round's own artifacts
+validated by the same node."""
 
 from __future__ import annotations
 
@@ -86,6 +87,20 @@ def test_a_replay_of_that_generation_passes_validate_inference(
     client: InferenceClient, structured: tuple[pb.GenerateRequest, Generation]
 ) -> None:
     request, generation = structured
+    assert_the_replay_passes(client, request, generation)
+
+
+def test_a_replay_of_a_token_id_generation_passes_validate_inference(client: InferenceClient) -> None:
+    """The same without chat or grammar, so that it runs on any model: a shape variant served with the Qwen tokenizer
+    whose chat tokens and EOS lie past its rows (DeepSeek-V4's 129,280) refuses the chat prompt above."""
+    fields = dict(token_ids=PROMPT_IDS, max_tokens=32, temperature=0.7, seed=21, top_logprobs=TOP_K)
+    assert_the_replay_passes(
+        client, build_request(**fields), client.generate(build_request(**fields, chain_top_logprobs=True))
+    )
+
+
+def assert_the_replay_passes(client: InferenceClient, request: pb.GenerateRequest, generation: Generation) -> None:
+    """The node's own record, replayed with its tokens enforced, is within the chain's distance of itself."""
     output = generation.first
     item = inference_item(request, output.token_ids, output.logprobs.chain_top, threshold=INFERENCE_THRESHOLD)
     [response] = client.validate_inference([item], timeout=300)
