@@ -41,13 +41,7 @@ def minimax_m2_tensors(config: Mapping[str, Any]) -> Tensors:
             f"{prefix}.block_sparse_moe.gate.weight": ((experts, hidden), "bfloat16"),
             f"{prefix}.block_sparse_moe.e_score_correction_bias": ((experts,), "float32"),
         }
-        for expert in range(experts):
-            expert_prefix = f"{prefix}.block_sparse_moe.experts.{expert}"
-            tensors |= {
-                f"{expert_prefix}.w1.weight": ((intermediate, hidden), "bfloat16"),
-                f"{expert_prefix}.w3.weight": ((intermediate, hidden), "bfloat16"),
-                f"{expert_prefix}.w2.weight": ((hidden, intermediate), "bfloat16"),
-            }
+        tensors |= _expert_tensors(f"{prefix}.block_sparse_moe.experts", experts, intermediate, hidden, "bfloat16")
     return tensors
 
 
@@ -107,13 +101,19 @@ def deepseek_v4_tensors(config: Mapping[str, Any]) -> Tensors:
             tensors[f"{prefix}.ffn.gate.tid2eid"] = ((vocab, config["num_experts_per_tok"]), "expert_ids")
         else:
             tensors[f"{prefix}.ffn.gate.bias"] = ((experts,), "float32")
-        for expert in range(experts):
-            expert_prefix = f"{prefix}.ffn.experts.{expert}"
-            tensors |= {
-                f"{expert_prefix}.w1.weight": ((intermediate, hidden), "mxfp4"),
-                f"{expert_prefix}.w3.weight": ((intermediate, hidden), "mxfp4"),
-                f"{expert_prefix}.w2.weight": ((hidden, intermediate), "mxfp4"),
-            }
+        tensors |= _expert_tensors(f"{prefix}.ffn.experts", experts, intermediate, hidden, "mxfp4")
+    return tensors
+
+
+def _expert_tensors(prefix: str, experts: int, intermediate: int, hidden: int, storage: str) -> Tensors:
+    """The released checkpoints' per-expert SwiGLU: w1 (gate) and w3 (up) to `intermediate`, w2 (down) back."""
+    tensors: Tensors = {}
+    for expert in range(experts):
+        tensors |= {
+            f"{prefix}.{expert}.w1.weight": ((intermediate, hidden), storage),
+            f"{prefix}.{expert}.w3.weight": ((intermediate, hidden), storage),
+            f"{prefix}.{expert}.w2.weight": ((hidden, intermediate), storage),
+        }
     return tensors
 
 
