@@ -1,8 +1,8 @@
 """The engine-core call behind every PoC batch: borrow free KV blocks from the scheduler's block pool,
 run the batch's forward on every worker, give the blocks back (../shared/vllm-seams.md 5.5).
 
-Block ids are the pool's, shared by every KV-cache group: each sequence borrows one stripe, as long as the group with
-the smallest blocks needs, and every group lays its tokens out over it (engine_ext.poc.forward_metadata).
+Block ids are the pool's, and one id in two KV-cache groups is the same memory: each sequence borrows blocks of its
+own for every group, in group order (engine_ext.poc.forward_metadata).
 
 All three happen inside one utility call, between two engine steps: the scheduler never sees the
 blocks missing, a live request is never preempted for them, and a caller that stops waiting cannot

@@ -4,11 +4,15 @@ its keys and values only into the KV blocks borrowed for it.
 
 A model may keep several KV-cache groups, each with its own block size (DeepSeek-V4: sparse MLA and its indexer at
 the cache's block size, the sliding-window compressor at 8), its own block table and its own attention builders.
-Block ids are the one pool's (every group's tensors are indexed by them), so each sequence borrows one stripe of
-blocks, as many as the group with the smallest blocks needs (engine_ext.poc.block_lease), and every group lays
-out its tokens over the start of that stripe with its own block size: slot(t) = stripe[t // m] * m + t % m, with
-m the group's block-manager block size, and its kernel block table (the manager's blocks split into the kernel's
-where the attention kernel's block is smaller). A model with one group (Qwen3, MiniMax-M2) gets one layout.
+Block ids are the one pool's, and a layer of one group shares its cache tensor with a layer of another group
+(vLLM's packed layout, v1/core/kv_cache_utils.py `_get_kv_cache_config_packed`: "they have independent block tables
+so block-id namespaces never collide"): the same block id in two groups is the same memory. So each sequence
+borrows, for every group, blocks of its own, ceil(S / m) of them with m the group's block-manager block size, in
+group order (engine_ext.poc.block_lease), and lays out its tokens over them: slot(t) = blocks[t // m] * m + t % m,
+with its kernel block table (the manager's blocks split into the kernel's where the attention kernel's block is
+smaller). One stripe shared by every group let DeepSeek-V4's caches overwrite each other within a forward: on the
+H200 its artifacts lay a median L2 0.27 from an independent reference, 0.027 with the groups apart (docs/gpu.md).
+A model with one group (Qwen3, MiniMax-M2) gets one layout.
 
 Reads model-runner internals that vLLM 0.25.1 and 0.28.0 both have (attn_groups, kv_cache_config,
 input_batch.block_table); CommonAttentionMetadata is built from the fields this vLLM declares.
@@ -17,6 +21,7 @@ input_batch.block_table); CommonAttentionMetadata is built from the fields this 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,17 +51,30 @@ class GroupLayout:
     kernel_block_table: np.ndarray
 
 
+def blocks_per_group(seq_len: int, block_sizes: Sequence[int]) -> list[int]:
+    """Blocks one sequence borrows for each KV-cache group, in group order: ceil(S / the group's block size)."""
+    return [math.ceil(seq_len / int(size)) for size in block_sizes]
+
+
 def blocks_per_sequence(seq_len: int, block_sizes: Sequence[int]) -> int:
-    """Blocks one sequence borrows: the stripe of the group with the smallest blocks (poc-v2-models.md section 3)."""
-    return max(math.ceil(seq_len / int(size)) for size in block_sizes)
+    """Blocks one sequence borrows: every group's own, none shared between groups."""
+    return sum(blocks_per_group(seq_len, block_sizes))
+
+
+def group_stripes(stripes: np.ndarray, seq_len: int, block_sizes: Sequence[int]) -> list[np.ndarray]:
+    """stripes: [B, blocks_per_sequence] a sequence's borrowed block ids -> per group, [B, ceil(S / size)] its part."""
+    counts = blocks_per_group(seq_len, block_sizes)
+    if stripes.shape[1] != sum(counts):
+        raise ValueError(f"{stripes.shape[1]} blocks per sequence, the KV-cache groups need {sum(counts)} ({counts})")
+    bounds = np.cumsum([0, *counts])
+    return [stripes[:, start:end] for start, end in itertools.pairwise(bounds)]
 
 
 def group_layout(
     stripes: np.ndarray, seq_len: int, manager_block_size: int, kernel_blocks_per_block: int
 ) -> GroupLayout:
-    """stripes: [B, n] borrowed block ids per sequence (n >= ceil(S / manager_block_size))."""
-    used = math.ceil(seq_len / manager_block_size)
-    kernel_blocks = _kernel_block_ids(stripes[:, :used].astype(np.int64), kernel_blocks_per_block)
+    """stripes: [B, ceil(S / manager_block_size)] the group's borrowed block ids per sequence."""
+    kernel_blocks = _kernel_block_ids(stripes.astype(np.int64), kernel_blocks_per_block)
     kernel_block_size = manager_block_size // kernel_blocks_per_block
     tokens = np.arange(seq_len, dtype=np.int64)
     slots = kernel_blocks[:, tokens // kernel_block_size] * kernel_block_size + tokens % kernel_block_size
@@ -91,10 +109,12 @@ def build_forward_metadata(runner: Any, batch_size: int, seq_len: int, block_ids
     declared = {f.name for f in dataclasses.fields(CommonAttentionMetadata)}
     attention: dict[str, Any] = {}
     slot_mapping: dict[str, torch.Tensor] = {}
-    for group_id, group in enumerate(runner.kv_cache_config.kv_cache_groups):
+    groups = runner.kv_cache_config.kv_cache_groups
+    per_group = group_stripes(stripes, seq_len, [int(group.kv_cache_spec.block_size) for group in groups])
+    for group_id, group in enumerate(groups):
         kernel_table = runner.input_batch.block_table.block_tables[group_id]
         layout = group_layout(
-            stripes, seq_len, int(group.kv_cache_spec.block_size), int(kernel_table.blocks_per_kv_block)
+            per_group[group_id], seq_len, int(group.kv_cache_spec.block_size), int(kernel_table.blocks_per_kv_block)
         )
         slots = torch.from_numpy(layout.slots).to(device)
         values = {

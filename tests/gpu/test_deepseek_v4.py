@@ -11,6 +11,9 @@ checkout, as a GPU host has no `dashscope` to convert Qwen's tokenizer:
     python -m server.embedded_model --variant deepseek-v4-tiny \
         --tokenizer-from .build/models/deepseek-v4-flash-shape-4-layers
 
+The reference runs on this host's CPU with its transformers, which must be 5.24 or later (the CPU pin; an older
+one is refused): an image with another carries the wheel beside the set (docs/gpu.md).
+
 Environment (optional):
   MLNODE_GPU_DEEPSEEK_V4_FLAGS  vLLM flags added to the ones below, e.g. "--gpu-memory-utilization 0.5"
   MLNODE_GPU_DEEPSEEK_V4_DUMP   a path: the round's artifacts are written there as JSON, so that

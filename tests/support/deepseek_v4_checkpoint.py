@@ -21,6 +21,9 @@ from server.embedded_model.block_formats import dequantize_fp8_blocks, dequantiz
 
 # The config keys that describe the quantized storage, not the network.
 QUANTIZATION_KEYS = ("quantization_config", "expert_dtype")
+# The first transformers whose DeepseekV4 keeps its norm weights, sinks and compressor biases in float32 as vLLM does
+# (5.17, a GPU image's, multiplies norm weights in bf16 and stops on a float32 activation); the CPU pin is 5.24.0.
+REFERENCE_TRANSFORMERS = "5.24.0"
 
 
 def dequantized_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -53,7 +56,15 @@ def load_bf16_deepseek_v4(model_dir: Path) -> Any:
     them), eval mode, on CPU."""
     # transformers' own classes by name: vLLM registers a DeepseekV4Config of its own for `deepseek_v4` with the
     # Auto classes once its config module is imported (in a test session, another test may have done so).
+    import transformers
+    from packaging.version import Version
     from transformers.models.deepseek_v4 import DeepseekV4Config, DeepseekV4ForCausalLM
+
+    if Version(transformers.__version__) < Version(REFERENCE_TRANSFORMERS):
+        raise RuntimeError(
+            f"transformers {transformers.__version__} here: DeepSeek-V4's reference needs {REFERENCE_TRANSFORMERS} or "
+            "later (install its wheel beside the others, or redo the comparison on a checkout's virtualenv from a dump)"
+        )
 
     config = json.loads((model_dir / "config.json").read_text())
     with tempfile.TemporaryDirectory(prefix="deepseek-v4-bf16-") as staging:
