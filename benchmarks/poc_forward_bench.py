@@ -74,11 +74,11 @@ def worker_in_this_process(llm: Any) -> bool:
 class Shape:
     def __init__(self, llm: Any, seq_len: int, batch: int) -> None:
         from engine_ext.poc.batch import PocBatch
-        from engine_ext.poc.forward_metadata import blocks_per_sequence
+        from engine_ext.poc.forward_metadata import blocks_per_sequence, group_block_sizes
 
         self.llm, self.seq_len, self.batch = llm, seq_len, batch
-        groups = llm.llm_engine.engine_core.engine_core.scheduler.kv_cache_config.kv_cache_groups
-        per_sequence = blocks_per_sequence(seq_len, [group.kv_cache_spec.block_size for group in groups])
+        kv_cache_config = llm.llm_engine.engine_core.engine_core.scheduler.kv_cache_config
+        per_sequence = blocks_per_sequence(seq_len, group_block_sizes(kv_cache_config))
         # Block 0 is vLLM's null block; the pool's others are free in this idle engine.
         self.block_ids = [[1 + row * per_sequence + j for j in range(per_sequence)] for row in range(batch)]
         self.poc_batch = PocBatch(BLOCK_HASH, PUBLIC_KEY, tuple(range(batch)), seq_len, K_DIM, False)

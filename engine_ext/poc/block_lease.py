@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_WITHDRAWN, PocBatch, PocBatchResult
-from engine_ext.poc.forward_metadata import blocks_per_sequence
+from engine_ext.poc.forward_metadata import blocks_per_sequence, group_block_sizes
 from engine_ext.seams import return_blocks_first_in_line
 
 WORKER_METHOD = "mlnode_poc_forward"
@@ -35,8 +35,7 @@ def poc_forward_on_borrowed_blocks(engine_core: Any, wire_batch: dict[str, Any],
         return PocBatchResult(BATCH_WITHDRAWN).to_wire()
     scheduler = engine_core.scheduler
     pool = scheduler.kv_cache_manager.block_pool
-    block_sizes = [int(group.kv_cache_spec.block_size) for group in scheduler.kv_cache_config.kv_cache_groups]
-    per_sequence = blocks_per_sequence(batch.seq_len, block_sizes)
+    per_sequence = blocks_per_sequence(batch.seq_len, group_block_sizes(scheduler.kv_cache_config))
     needed = per_sequence * len(batch.nonces)
     free = pool.get_num_free_blocks()
     if needed > free:

@@ -51,6 +51,11 @@ class GroupLayout:
     kernel_block_table: np.ndarray
 
 
+def group_block_sizes(kv_cache_config: Any) -> list[int]:
+    """The block-manager block size of each of a KV-cache config's groups, in group order."""
+    return [int(group.kv_cache_spec.block_size) for group in kv_cache_config.kv_cache_groups]
+
+
 def blocks_per_group(seq_len: int, block_sizes: Sequence[int]) -> list[int]:
     """Blocks one sequence borrows for each KV-cache group, in group order: ceil(S / the group's block size)."""
     return [math.ceil(seq_len / int(size)) for size in block_sizes]
@@ -110,11 +115,12 @@ def build_forward_metadata(runner: Any, batch_size: int, seq_len: int, block_ids
     attention: dict[str, Any] = {}
     slot_mapping: dict[str, torch.Tensor] = {}
     groups = runner.kv_cache_config.kv_cache_groups
-    per_group = group_stripes(stripes, seq_len, [int(group.kv_cache_spec.block_size) for group in groups])
+    block_sizes = group_block_sizes(runner.kv_cache_config)
+    per_group = group_stripes(stripes, seq_len, block_sizes)
     for group_id, group in enumerate(groups):
         kernel_table = runner.input_batch.block_table.block_tables[group_id]
         layout = group_layout(
-            per_group[group_id], seq_len, int(group.kv_cache_spec.block_size), int(kernel_table.blocks_per_kv_block)
+            per_group[group_id], seq_len, block_sizes[group_id], int(kernel_table.blocks_per_kv_block)
         )
         slots = torch.from_numpy(layout.slots).to(device)
         values = {
