@@ -5,8 +5,9 @@ from __future__ import annotations
 from contextlib import closing
 from dataclasses import dataclass
 
-from gonka.mlnode.client import InferenceClient, ServerError
+from gonka.mlnode.client import InferenceClient, ServerError, batch_b64
 from gonka.mlnode.v1 import poc_pb2
+from gonka.mlnode.v1 import validation_pb2 as vpb
 
 # A fixed round, so every run computes the same nonces' artifacts.
 BLOCK_HASH = "3c9e2f1a7b6d5c4e8f0a1b2c3d4e5f60718293a4b5c6d7e8f9001122334455aa"
@@ -15,6 +16,15 @@ SEQ_LEN = 64
 K = 12
 BATCH_SIZE = 8
 PROBE_PROMPT = [9707, 1879, 11, 419]
+# The statistical test ValidatePocArtifacts applies to a round's own artifacts: any honest recomputation passes it.
+OWN_ARTIFACTS_STAT_TEST = dict(dist_threshold=0.2, p_mismatch=0.1, p_value_threshold=0.05)
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    # Each claim's L2 distance to the server's recomputation, in the claims' order.
+    distances: list[float]
+    summary: vpb.PocValidationSummary
 
 
 @dataclass(frozen=True)
@@ -62,3 +72,26 @@ def _try_inference(client: InferenceClient) -> ServerError | None:
     except ServerError as refusal:
         return refusal
     return None
+
+
+def recompute_own_artifacts(client: InferenceClient, mined: MinedRound) -> Recomputed:
+    """The server's ValidatePocArtifacts of the round's own artifacts. Validation batches the claims its own way, not
+    as the round did, so the distances are how far the engine's numerics move with the batch a nonce rides in."""
+    claims = [claim for batch in mined.batches for claim in batch_b64(batch)]
+    responses = list(
+        client.poc.validate_poc_artifacts(
+            claims=claims,
+            block_hash=BLOCK_HASH,
+            public_key=PUBLIC_KEY,
+            model=mined.model,
+            seq_len=SEQ_LEN,
+            k_dim=K,
+            timeout=300,
+            **OWN_ARTIFACTS_STAT_TEST,
+        )
+    )
+    distances = [
+        distance for response in responses if response.HasField("progress") for distance in response.progress.distances
+    ]
+    assert responses[-1].HasField("summary") and len(distances) == len(claims), responses[-1]
+    return Recomputed(distances, responses[-1].summary)

@@ -12,10 +12,10 @@ import grpc
 import jsonschema
 import pytest
 
-from gonka.mlnode.client import Generation, InferenceClient, batch_b64, build_request, inference_item
+from gonka.mlnode.client import Generation, InferenceClient, build_request, inference_item
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import poc_pb2
-from tests.gpu.mining import BATCH_SIZE, BLOCK_HASH, PUBLIC_KEY, SEQ_LEN, K, MinedRound, mine
+from tests.gpu.mining import BATCH_SIZE, K, MinedRound, mine, recompute_own_artifacts
 
 PROMPT_IDS = [9707, 1879, 11, 419, 374, 264, 1273]  # "Hello world, this is a test"
 TOP_K = 5  # the network's top_logprobs
@@ -31,7 +31,6 @@ SCHEMA = {
 }
 # The chain's inference threshold for Qwen3-235B and its PoC statistical test.
 INFERENCE_THRESHOLD = 0.94
-POC_STAT_TEST = dict(dist_threshold=0.2, p_mismatch=0.1, p_value_threshold=0.05)
 MINED_BATCHES = 3
 
 
@@ -131,23 +130,9 @@ def test_inference_is_served_again_after_the_round(client: InferenceClient, mine
 
 
 def test_the_rounds_own_artifacts_pass_validate_poc_artifacts(client: InferenceClient, mined: MinedRound) -> None:
-    claims = [claim for batch in mined.batches for claim in batch_b64(batch)]
-    responses = list(
-        client.poc.validate_poc_artifacts(
-            claims=claims,
-            block_hash=BLOCK_HASH,
-            public_key=PUBLIC_KEY,
-            model=mined.model,
-            seq_len=SEQ_LEN,
-            k_dim=K,
-            timeout=300,
-            **POC_STAT_TEST,
-        )
+    recomputed = recompute_own_artifacts(client, mined)
+    print(f"{len(recomputed.distances)} artifacts recomputed: max L2 {max(recomputed.distances):.4g}")
+    summary = recomputed.summary
+    assert (summary.n_total, summary.n_mismatch, summary.fraud_detected) == (MINED_BATCHES * BATCH_SIZE, 0, False), (
+        summary
     )
-    distances = [
-        distance for response in responses if response.HasField("progress") for distance in response.progress.distances
-    ]
-    summary = responses[-1].summary
-    print(f"{len(claims)} artifacts recomputed: max L2 {max(distances):.4g}")
-    assert responses[-1].HasField("summary") and len(distances) == len(claims)
-    assert (summary.n_total, summary.n_mismatch, summary.fraud_detected) == (len(claims), 0, False), summary

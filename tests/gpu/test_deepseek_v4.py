@@ -1,8 +1,9 @@
 """Consensus of DeepSeek-V4's PoC forward on this host (H200, vLLM's sm90 kernels) with an independent CPU reference:
 the seeded tiny DeepSeek-V4 (variants.DEEPSEEK_V4_TINY) served here mines a round of 256 nonces, and every artifact
 is within L2 0.02 of tests/support/poc_reference.py's forward with vLLM's sm90 roundings
-(tests/support/deepseek_v4_sm90.py); beside it the distances to the plain bf16 forward are printed against the
-chain's threshold.
+(tests/support/deepseek_v4_sm90.py); beside it the distances to the plain bf16 forward, and to the server's own
+recomputation of the same nonces in validation's batches, are printed against the chain's threshold. On the H200 the
+test fails: the engine is itself a median 0.018 from its own artifacts in other batches (docs/gpu.md says why).
 
 The model is drawn on the host (torch's CPU generator: the same bytes wherever torch is the same version, which
 build_info.json's sha256 records and the comparison checks) with the tokenizer files of a model that came with the
@@ -32,7 +33,7 @@ import torch
 
 from gonka.mlnode.client import InferenceClient, decode_batch
 from server.embedded_model.variants import DEEPSEEK_V4_TINY
-from tests.gpu.mining import BATCH_SIZE, BLOCK_HASH, PUBLIC_KEY, SEQ_LEN, K, mine
+from tests.gpu.mining import BATCH_SIZE, BLOCK_HASH, PUBLIC_KEY, SEQ_LEN, K, mine, recompute_own_artifacts
 from tests.gpu.servers import OneServerAtATime, ServedModel
 from tests.support.deepseek_v4_consensus import MinedArtifacts, reference_distances, summary, weights_sha256
 
@@ -71,14 +72,17 @@ def deepseek_v4_client(servers: OneServerAtATime, deepseek_v4: ServedModel) -> I
 def test_a_rounds_artifacts_equal_the_sm90_cpu_reference(
     deepseek_v4_client: InferenceClient, deepseek_v4: ServedModel
 ) -> None:
-    batches = mine(deepseek_v4_client, MINED_NONCES // BATCH_SIZE).batches
-    rows = [row for batch in batches for row in decode_batch(batch)]
+    mined_round = mine(deepseek_v4_client, MINED_NONCES // BATCH_SIZE)
+    rows = [row for batch in mined_round.batches for row in decode_batch(batch)]
     assert len(rows) == MINED_NONCES
     mined = MinedArtifacts(BLOCK_HASH, PUBLIC_KEY, SEQ_LEN, K, weights_sha256(deepseek_v4.model_dir), rows)
     dump = os.environ.get("MLNODE_GPU_DEEPSEEK_V4_DUMP")
     if dump:
         mined.write(Path(dump))
     distances = reference_distances(deepseek_v4.model_dir, mined)
-    print(summary(distances))
+    # Beside the references, this engine against itself: the same nonces in validation's batches.
+    distances["the server's own recomputation"] = recompute_own_artifacts(deepseek_v4_client, mined_round).distances
+    report = summary(distances)
+    print(report)
     far = {nonce: d for (nonce, _), d in zip(rows, distances["sm90"], strict=True) if d > TOLERANCE}
-    assert not far, f"{len(far)} of {len(rows)} artifacts farther than {TOLERANCE} from the sm90 reference: {far}"
+    assert not far, f"{len(far)} of {len(rows)} artifacts farther than {TOLERANCE} from the sm90 reference:\n{report}"

@@ -69,11 +69,13 @@ def reference_distances(model_dir: Path, mined: MinedArtifacts) -> dict[str, lis
 
 
 def summary(distances: dict[str, list[float]]) -> str:
+    """One line per entry of `distances`: "plain" and "sm90" name the references, any other key names itself."""
     lines = []
-    for numerics, values in distances.items():
+    for name, values in distances.items():
         array = np.asarray(values)
+        against = f"the {name} reference" if name in ("plain", "sm90") else name
         lines.append(
-            f"{len(values)} artifacts vs the {numerics} reference: max {array.max():.4f}, "
+            f"{len(values)} artifacts vs {against}: max {array.max():.4f}, "
             f"p99 {np.percentile(array, 99):.4f}, median {np.median(array):.4f} (chain threshold {CHAIN_THRESHOLD})"
         )
     return "\n".join(lines)
