@@ -58,7 +58,8 @@ SERVER_FLAGS = (
 def deepseek_v4() -> ServedModel:
     model_dir = DEEPSEEK_V4_TINY.directory
     if not (model_dir / "build_info.json").is_file():
-        pytest.fail(f"no model at {model_dir}: build it as this module's docstring says")
+        # Opt-in: `make gpu-check` on a host that serves another model must not fail for want of this one.
+        pytest.skip(f"no deepseek-v4-tiny at {model_dir}: build it as this module's docstring says to run this check")
     extra = tuple(shlex.split(os.environ.get("MLNODE_GPU_DEEPSEEK_V4_FLAGS", "")))
     return ServedModel(model_dir.resolve(), SERVER_FLAGS + extra)
 

@@ -40,18 +40,23 @@ KV_NOPE_DIM = 448
 KV_GROUP = 64
 KV_EPS = 1e-4
 E4M3_MAX = 448.0
-# Module names (transformers' DeepseekV4, relative to a decoder layer) whose input vLLM quantizes to FP8.
-FP8_INPUT_SUFFIXES = (
-    "self_attn.q_a_proj",
-    "self_attn.kv_proj",
-    "self_attn.q_b_proj",
-    "self_attn.o_a_proj",
-    "self_attn.o_b_proj",
-    "self_attn.compressor.indexer.q_b_proj",
-    "mlp.shared_experts.gate_proj",
-    "mlp.shared_experts.up_proj",
-    "mlp.shared_experts.down_proj",
-)
+# Each rounding above by name. The FP8 inputs: module names (transformers' DeepseekV4, relative to a decoder layer)
+# whose input vLLM quantizes to FP8.
+FP8_INPUTS: dict[str, tuple[str, ...]] = {
+    "FP8 input of the fused wq_a + wkv": ("self_attn.q_a_proj", "self_attn.kv_proj"),
+    "FP8 input of wq_b": ("self_attn.q_b_proj",),
+    "FP8 input of wo_a": ("self_attn.o_a_proj",),
+    "FP8 input of wo_b": ("self_attn.o_b_proj",),
+    "FP8 input of the indexer's wq_b": ("self_attn.compressor.indexer.q_b_proj",),
+    "FP8 input of the shared expert": (
+        "mlp.shared_experts.gate_proj",
+        "mlp.shared_experts.up_proj",
+        "mlp.shared_experts.down_proj",
+    ),
+}
+FLOAT32_ROUTER = "router logits in float32"
+FP8_DS_MLA_KV = "fp8_ds_mla K/V"
+ROUNDINGS = (*FP8_INPUTS, FLOAT32_ROUTER, FP8_DS_MLA_KV)
 SM90_ATTENTION = "deepseek_v4_sm90_fp8_ds_mla"
 
 
@@ -71,24 +76,30 @@ def round_through_fp8_ds_mla(kv: torch.Tensor) -> torch.Tensor:
     return torch.cat([round_through_e4m3(nope, KV_GROUP, KV_EPS), rope], dim=-1)
 
 
-def apply_sm90_numerics(model: nn.Module) -> None:
+def apply_sm90_numerics(model: nn.Module, leave_out: frozenset[str] = frozenset()) -> None:
     """Puts the choices above on a loaded transformers DeepseekV4ForCausalLM, for good (a reference is built for
-    one numerics)."""
+    one numerics). `leave_out`: names from ROUNDINGS to skip, for an ablation (deepseek_v4_consensus.py)."""
     from transformers import AttentionInterface
     from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
     from transformers.models.deepseek_v4.modeling_deepseek_v4 import eager_attention_forward
 
+    unknown = leave_out - set(ROUNDINGS)
+    if unknown:
+        raise ValueError(f"no sm90 rounding named {sorted(unknown)}; the names are {list(ROUNDINGS)}")
+    suffixes = tuple(suffix for name, names in FP8_INPUTS.items() if name not in leave_out for suffix in names)
     for name, module in model.model.layers.named_modules():
-        if name.endswith(FP8_INPUT_SUFFIXES):
+        if suffixes and name.endswith(suffixes):
             module.register_forward_pre_hook(_fp8_input)
-    for layer in model.model.layers:
-        # bf16 weights and inputs widen to float32 exactly: the products are cuBLAS's, the sums float32.
-        layer.mlp.gate.float().register_forward_pre_hook(_float32_input)
-    # V4's own eager attention (with the per-head sink), fed the cache's rounding of K/V, under eager's masks: an
-    # attention name without a mask function of its own gets no mask at all (masking_utils.py, not causal).
-    AttentionInterface.register(SM90_ATTENTION, _fp8_ds_mla_attention(eager_attention_forward))
-    AttentionMaskInterface.register(SM90_ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["eager"])
-    model.set_attn_implementation(SM90_ATTENTION)
+    if FLOAT32_ROUTER not in leave_out:
+        for layer in model.model.layers:
+            # bf16 weights and inputs widen to float32 exactly: the products are cuBLAS's, the sums float32.
+            layer.mlp.gate.float().register_forward_pre_hook(_float32_input)
+    if FP8_DS_MLA_KV not in leave_out:
+        # V4's own eager attention (with the per-head sink), fed the cache's rounding of K/V, under eager's masks: an
+        # attention name without a mask function of its own gets no mask at all (masking_utils.py, not causal).
+        AttentionInterface.register(SM90_ATTENTION, _fp8_ds_mla_attention(eager_attention_forward))
+        AttentionMaskInterface.register(SM90_ATTENTION, ALL_MASK_ATTENTION_FUNCTIONS["eager"])
+        model.set_attn_implementation(SM90_ATTENTION)
 
 
 def _fp8_input(module: nn.Module, args: tuple[Any, ...]) -> tuple[Any, ...]:
