@@ -17,6 +17,7 @@ from safetensors import safe_open
 from server.embedded_model.block_formats import dequantize_fp8_blocks
 from server.embedded_model.builder import build_embedded_model
 from server.embedded_model.variants import DEEPSEEK_V4_TINY
+from tests.support.deepseek_v4_sm90 import FP8_DS_MLA_KV, ROUNDINGS, apply_sm90_numerics
 from tests.support.poc_reference import HfPocReference, l2_distance
 from tests.unit.consensus.test_pseudo_input_ids import BH as SPEC_BH
 from tests.unit.consensus.test_pseudo_input_ids import NETWORK_VOCAB_NONCE_0_IDS
@@ -115,3 +116,18 @@ def test_the_artifacts_are_finite_and_distinct_and_sm90_moves_them_a_little(buil
     sm90_rows = HfPocReference(built, numerics="sm90").vectors(BLOCK_HASH, PUBLIC_KEY, NONCES, SEQ_LEN)
     distances = [l2_distance(a, b) for a, b in zip(plain_rows, sm90_rows, strict=True)]
     assert 0 < min(distances) and max(distances) < SM90_SHIFT_BOUND, distances
+
+
+def test_the_sm90_roundings_can_be_left_out_one_by_one_or_all(built: Path, plain: HfPocReference) -> None:
+    nonces = NONCES[:2]
+    plain_rows = plain.vectors(BLOCK_HASH, PUBLIC_KEY, nonces, SEQ_LEN)
+    sm90_rows = HfPocReference(built, numerics="sm90").vectors(BLOCK_HASH, PUBLIC_KEY, nonces, SEQ_LEN)
+    none_left = HfPocReference(built)
+    apply_sm90_numerics(none_left.model, frozenset(ROUNDINGS))
+    assert np.array_equal(none_left.vectors(BLOCK_HASH, PUBLIC_KEY, nonces, SEQ_LEN), plain_rows)
+    without_kv = HfPocReference(built)
+    apply_sm90_numerics(without_kv.model, frozenset({FP8_DS_MLA_KV}))
+    without_kv_rows = without_kv.vectors(BLOCK_HASH, PUBLIC_KEY, nonces, SEQ_LEN)
+    assert not np.array_equal(without_kv_rows, sm90_rows) and not np.array_equal(without_kv_rows, plain_rows)
+    with pytest.raises(ValueError, match="no sm90 rounding named"):
+        apply_sm90_numerics(without_kv.model, frozenset({"FP8 input of everything"}))
