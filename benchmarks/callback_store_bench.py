@@ -35,9 +35,9 @@ import numpy as np
 from benchmarks.poc_bench import mining
 from gonka.mlnode.client import AsyncInferenceClient
 from gonka.mlnode.v1 import poc_pb2_grpc
-from server.poc.callback_store import CallbackStore
-from server.poc.callbacks import ArtifactCallback, CallbackIdentity
-from server.poc.store_lock import StoreLock
+from server.poc.delivery.callback_store import CallbackStore
+from server.poc.delivery.callbacks import ArtifactCallback, CallbackIdentity
+from server.poc.delivery.store_lock import StoreLock
 from tests.support.http_receiver import HttpReceiver
 from tests.support.server_process import start_server
 

@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from engine_ext.poc.expert_kernels import GateUpTile, topk_sum
+from engine_ext.seams.expert_kernels import GateUpTile, topk_sum
 from engine_ext.seams.fused_moe_swiglu import DEFAULT_TILE, routed_experts_swiglu
 
 # The grid: the default's own values first in each axis, so the search starts next to it.

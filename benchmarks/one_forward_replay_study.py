@@ -15,8 +15,8 @@ It starts ONE server (the peaked model and the test suite's SHARED_SERVER_FLAGS)
 2. decode replay: one ValidateInference call over all items (threshold 0.94), timed;
 3. one-forward replay: per item ONE Generate over prompt_token_ids = prompt + executor tokens,
    max_tokens 1, prompt_logprobs = the server's maximum (20), at most 128 in flight (as the validator);
-   each position's chain list is built as the spec says (engine_ext.chain_lists, engine_ext.logprob_padding)
-   and the verdict is the server's own (engine_ext.inference_verdict.judge_inference); timed, the
+   each position's chain list is built as the spec says (engine_ext.generation.chain_lists, engine_ext.generation.logprob_padding)
+   and the verdict is the server's own (engine_ext.generation.inference_verdict.judge_inference); timed, the
    client-side list building included.
    - raw mode: exactly the prompt logprobs (both are log_softmax of the float32 logits).
    - processed mode: the contract allows at most 20 prompt logprobs per position (no full vocabulary),
@@ -61,12 +61,12 @@ from typing import Any, TypeVar
 # Run as a script, only benchmarks/ is on the path; tests/support and engine_ext live at the root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from engine_ext.chain_lists import chain_top_lists
 from engine_ext.consensus import sequence_distance
 from engine_ext.consensus.inference_distance import Position
-from engine_ext.inference_verdict import judge_inference
-from engine_ext.logprob_padding import pad_masked_entries
-from engine_ext.outputs import LogprobColumns
+from engine_ext.generation.chain_lists import chain_top_lists
+from engine_ext.generation.inference_verdict import judge_inference
+from engine_ext.generation.logprob_padding import pad_masked_entries
+from engine_ext.generation.outputs import LogprobColumns
 from gonka.mlnode.client import AsyncInferenceClient, Generation, build_request, inference_item
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import validation_pb2 as vpb
@@ -108,7 +108,7 @@ TEXT_PROMPTS = (
 )
 THRESHOLD = 0.94  # the chain's threshold for Qwen3-235B today (inference-validation.md 3)
 TOP_K = 5  # the network's top_logprobs
-MAX_CONCURRENT_REPLAYS = 128  # server/validation_servicer.py's bound, so both replays batch alike
+MAX_CONCURRENT_REPLAYS = 128  # server/services/validation_servicer.py's bound, so both replays batch alike
 GREEDY_EPSILON = 1e-5  # vLLM's _SAMPLING_EPS: below it a row is greedy (no temperature, no filters)
 # A top-p cut this close to p may go either way in vLLM's float32 cumulative sum over the vocabulary.
 TOP_P_TOLERANCE = 1e-5

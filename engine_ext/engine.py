@@ -1,8 +1,8 @@
 """The running engine as the server sees it: vLLM's AsyncLLM behind the project's own types.
 
 Generation goes through vLLM's AsyncLLM.generate, or through the lean token streams
-(engine_ext.token_streams) for requests that want token ids and logprobs only. Both paths yield
-GenerationSteps and raise engine_ext.errors; aborts, abort-all and pause reach both (token streams
+(engine_ext.seams.token_streams) for requests that want token ids and logprobs only. Both paths yield
+GenerationSteps and raise engine_ext.generation.errors; aborts, abort-all and pause reach both (token streams
 bypass vLLM's frontend, so vLLM's own pause_generation would not see them). What vLLM has no public
 call for (the scheduler's live state, the plugin's per-process report) goes through the utility
 and collective-RPC methods the plugin registers, each bounded by EngineCalls.
@@ -24,20 +24,21 @@ from vllm.sampling_params import RequestOutputKind
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 
-from engine_ext.both_logprobs_modes import both_modes_width, split_both_modes
 from engine_ext.consensus.logprobs_mode import DEFAULT_MODE, LogprobsMode
 from engine_ext.engine_calls import EngineCalls
-from engine_ext.errors import EngineDead, EnginePaused, RequestFailed, RequestRejected
-from engine_ext.generation_request import GenerationRequest, sampling_params
+from engine_ext.generation.both_logprobs_modes import both_modes_width, split_both_modes
+from engine_ext.generation.errors import EngineDead, EnginePaused, RequestFailed, RequestRejected
+from engine_ext.generation.generation_request import GenerationRequest, sampling_params
+from engine_ext.generation.outputs import GenerationStep
+from engine_ext.generation.packed_logprobs import request_packed_logprobs
+from engine_ext.generation.request_outputs import RequestOutputReader
+from engine_ext.generation.request_refusals import REQUEST_REFUSALS
 from engine_ext.model_facts import ModelFacts, read_model_facts
-from engine_ext.outputs import GenerationStep
-from engine_ext.packed_logprobs import request_packed_logprobs
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, PocBatch, PocBatchResult
-from engine_ext.request_outputs import RequestOutputReader
 from engine_ext.seams import seams_for_installed_vllm
+from engine_ext.seams.token_streams import TokenStreams, token_stream_possible
+from engine_ext.seams.vllm_version import UnsupportedVllmVersion, require_v1_model_runners
 from engine_ext.step_progress import ProgressSample, StepProgress
-from engine_ext.token_streams import TokenStreams, token_stream_possible
-from engine_ext.vllm_version import UnsupportedVllmVersion, require_v1_model_runners
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +90,7 @@ class MlnodeEngine:
         poc_compiled: bool = True,
         metrics_registry: CollectorRegistry | None = None,
     ) -> None:
-        """`request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.token_streams).
+        """`request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.seams.token_streams).
         `poc_compiled`: PoC batches run the compiled forward, else the eager one (engine_ext.poc.worker_forward).
         `metrics_registry`: this engine's vLLM metrics (engine_ext.engine_metrics.claim_engine_metrics)."""
         self._llm = llm
@@ -125,7 +126,7 @@ class MlnodeEngine:
             if refusal is not None:
                 raise refusal
         both = request.both_logprobs_modes
-        # Both modes' lists are split and padded on the way out (engine_ext.both_logprobs_modes).
+        # Both modes' lists are split and padded on the way out (engine_ext.generation.both_logprobs_modes).
         pad_masked = mode == LogprobsMode.PROCESSED and not both
         params = sampling_params(request, mode, self._eos_token_id)
         streamed = self._token_streams.enabled and token_stream_possible(params)
@@ -138,7 +139,7 @@ class MlnodeEngine:
         prompt = TokensPrompt(prompt_token_ids=request.prompt_token_ids)
         try:
             engine_request = await self._seams.engine_request(llm, request.request_id, prompt, params)
-        except self._seams.REQUEST_REFUSALS as error:
+        except REQUEST_REFUSALS as error:
             part = "constraint" if request.constraint is not None else "request"
             raise RequestRejected(str(error), part) from error
         if not streamed:

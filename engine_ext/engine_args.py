@@ -38,7 +38,7 @@ VLLM_DEFAULT_STRUCTURED_OUTPUT_BACKEND = "auto"
 # The production PoC batch, 32 x 1024 tokens (poc-v2.md section 9).
 POC_MAX_NUM_BATCHED_TOKENS = 32768
 # vLLM's own default --max-logprobs, and what the server raises it to: a validation replay whose mode
-# nobody states carries both modes' lists, 2k + 1 entries (engine_ext.both_logprobs_modes), for k up to
+# nobody states carries both modes' lists, 2k + 1 entries (engine_ext.generation.both_logprobs_modes), for k up to
 # the contract's 20 (clients stay bounded by 20: engine_ext.model_facts).
 VLLM_DEFAULT_MAX_LOGPROBS = 20
 MAX_LOGPROBS_FOR_BOTH_MODES = 2 * VLLM_DEFAULT_MAX_LOGPROBS + 1

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from engine_ext.errors import EngineCallTimeout
+from engine_ext.generation.errors import EngineCallTimeout
 
 T = TypeVar("T")
 

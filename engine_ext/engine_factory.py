@@ -16,9 +16,9 @@ from engine_ext.engine import MlnodeEngine
 from engine_ext.engine_args import STRUCTURED_OUTPUT_BACKEND, USAGE_CONTEXT, EngineSettings
 from engine_ext.engine_calls import EngineCalls
 from engine_ext.engine_metrics import claim_engine_metrics
-from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY
+from engine_ext.generation.packed_logprobs import PACKED_LOGPROBS_KEY
 from engine_ext.poc.decoders import decoder_class_for, unsupported_message
-from engine_ext.vllm_version import require_supported_vllm
+from engine_ext.seams.vllm_version import require_supported_vllm
 from engine_ext.worker_extension import WORKER_EXTENSION_CLASS
 
 
@@ -105,7 +105,7 @@ def create_engine(
 ) -> MlnodeEngine:
     """Starts the engine processes (call before creating the gRPC server: vLLM forks), and returns once the
     engine is up (vLLM's start blocks: engines are started one after the other).
-    `request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.token_streams);
+    `request_metrics`: token streams feed vLLM's per-request metrics too (engine_ext.seams.token_streams);
     `poc_compiled`: the compiled PoC forward, else the eager one; `poc_enabled`: False serves a model without a PoC
     decoder (PoC off); `device_slice`: the instance's devices (engine_ext.device_slices), set on top of the server's
     environment while its processes are spawned."""

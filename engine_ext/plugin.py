@@ -38,7 +38,7 @@ def register() -> None:
     from engine_ext.engine_core_utilities import add_engine_core_utilities
     from engine_ext.process_lifetime import end_with_parent, exit_without_a_final_collection
     from engine_ext.seams import install_seams
-    from engine_ext.vllm_version import require_supported_vllm
+    from engine_ext.seams.vllm_version import require_supported_vllm
 
     end_with_parent()
     exit_without_a_final_collection()

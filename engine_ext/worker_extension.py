@@ -13,8 +13,8 @@ class MlnodeWorkerExtension:
     model_runner: Any
 
     def mlnode_process_report(self) -> dict[str, Any]:
+        from engine_ext.generation.replay_rows import replay_rows_of
         from engine_ext.process_report import describe_model_runner, describe_this_process
-        from engine_ext.replay_rows import replay_rows_of
 
         runner = describe_model_runner(self.model_runner)
         # A V2 runner has no V1 input batch; the server refuses it on this report (MlnodeEngine.require_extension).

@@ -20,39 +20,39 @@ from engine_ext.engine_factory import EngineConfigurationError, create_engine
 from engine_ext.hang_watch import HangRule
 from engine_ext.plugin import plugin_not_loadable
 from engine_ext.runtime import cache_vllm_environment, component_versions, freeze_startup_heap
-from engine_ext.vllm_version import UnsupportedVllmVersion
+from engine_ext.seams.vllm_version import UnsupportedVllmVersion
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import poc_pb2
 from gonka.mlnode.v1 import validation_pb2 as vpb
-from server.admission import Admission
-from server.auth import AuthInterceptor, Authorizer
+from server.core.auth import AuthInterceptor, Authorizer
+from server.core.health import HealthService
+from server.core.instances import EngineInstance, EngineInstances, instance_health_name
+from server.core.reflection import enable_reflection
+from server.core.request_registry import RequestRegistry
+from server.core.service_registration import add_raw_request_service
+from server.core.shutdown import ShutdownTrigger
 from server.credentials import ServerCredentials, TlsMaterial
 from server.engine_watch import watch_instances
-from server.health import HealthService
 from server.http.options import HttpOptions
 from server.http.wiring import InferencePath, http_servers
-from server.inference_servicer import InferenceServicer
-from server.instances import EngineInstance, EngineInstances, instance_health_name
 from server.metrics.exporter import ServerMetrics
 from server.options import ServerOptions
-from server.poc.batch_runner import PocBatchRunner
-from server.poc.callback_store import CallbackStore, StoreUnreadable
-from server.poc.callback_stream import CallbackBuffer
-from server.poc.callback_stream_servicer import SERVICE_NAME as CALLBACK_STREAM_SERVICE
-from server.poc.callback_stream_servicer import CallbackStreamListener, add_callback_stream
-from server.poc.gate_interceptor import GateInterceptor
-from server.poc.options import PocOptions
-from server.poc.store_lock import StoreLock
+from server.poc.batches.batch_runner import PocBatchRunner
+from server.poc.batches.options import PocOptions
+from server.poc.delivery.callback_store import CallbackStore, StoreUnreadable
+from server.poc.delivery.store_lock import StoreLock
+from server.poc.fanout.callback_stream import CallbackBuffer
+from server.poc.fanout.callback_stream_servicer import SERVICE_NAME as CALLBACK_STREAM_SERVICE
+from server.poc.fanout.callback_stream_servicer import CallbackStreamListener, add_callback_stream
+from server.poc.gate.admission import Admission
+from server.poc.gate.gate_interceptor import GateInterceptor
 from server.poc.wiring import PocComponents, poc_limits
-from server.reflection import enable_reflection
-from server.request_registry import RequestRegistry
-from server.service_registration import add_raw_request_service
-from server.shutdown import ShutdownTrigger
-from server.tokenizer_pool import TokenizerPool
+from server.services.inference_servicer import InferenceServicer
+from server.services.validation_servicer import ValidationServicer
 from server.translation import RequestTranslator
 from server.translation.chat_template import client_template_variables
 from server.translation.prompt import PromptLimits, PromptReader
-from server.validation_servicer import ValidationServicer
+from server.translation.tokenizer_pool import TokenizerPool
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from server.credentials import CredentialsError, load_credentials
 from server.embedded_model import DEFAULT_MODEL_DIR, ensure_embedded_model
 from server.listen_port import PortUnavailable, require_port_free
 from server.options import SERVER_GROUP, ServerOptions, add_server_arguments, parse_server_flags, server_help
-from server.poc.store_lock import StoreInUse, StoreLock
+from server.poc.delivery.store_lock import StoreInUse, StoreLock
 
 PROG = "python -m server"
 EMBEDDED_MODEL_NAME = "qwen3-tiny-embedded"

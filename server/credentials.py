@@ -13,7 +13,7 @@ from pathlib import Path
 
 import grpc
 
-from server.bearer_token import BearerToken, InvalidToken
+from server.core.bearer_token import BearerToken, InvalidToken
 from server.options import AUTH_TOKEN_ENV, ServerOptions
 
 PEM_CERTIFICATE = b"-----BEGIN CERTIFICATE-----"

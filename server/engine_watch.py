@@ -2,7 +2,7 @@
 and a hang (no step progress while requests wait on it); a stuck or hung instance is NOT_SERVING until its engine
 answers, or steps, again.
 
-Each instance reports under its own health name (server.instances.instance_health_name); the services and
+Each instance reports under its own health name (server.core.instances.instance_health_name); the services and
 the server as a whole ("") stay SERVING while any instance serves. A dead instance stays dead (its
 streams ended with UNAVAILABLE ENGINE_DEAD, new work goes to the others); once fewer instances than
 --min-instances live, the server goes down with exit code 1 (with one instance: when its engine dies).
@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 from grpc_health.v1 import health_pb2
 
-from server.admission import Admission
-from server.health import HealthService
-from server.instances import EngineInstances, InstanceState, instance_health_name
-from server.shutdown import ShutdownTrigger
+from server.core.health import HealthService
+from server.core.instances import EngineInstances, InstanceState, instance_health_name
+from server.core.shutdown import ShutdownTrigger
+from server.poc.gate.admission import Admission
 
 log = logging.getLogger(__name__)
 WATCH_INTERVAL_SECONDS = 0.5

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from engine_ext.hang_watch import DEFAULT_FROZEN_CHECKS, DEFAULT_HANG_GRACE_SECONDS
+from server.core.net_address import listen_address
 from server.http.options import (
     HttpOptions,
     InferencePortOptions,
@@ -21,8 +22,7 @@ from server.http.options import (
     inference_port_options_from,
 )
 from server.metrics.options import MetricsOptions, add_metrics_arguments, metrics_options_from
-from server.net_address import listen_address
-from server.poc.options import PocOptions, add_poc_arguments, default_callback_store, poc_options_from
+from server.poc.batches.options import PocOptions, add_poc_arguments, default_callback_store, poc_options_from
 
 SERVER_GROUP = "server"
 DEFAULT_HOST = "127.0.0.1"

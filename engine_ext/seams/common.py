@@ -194,12 +194,12 @@ def install_packed_logprobs() -> None:
 
     The scheduler's update_from_output builds every request's EngineCoreOutput with a LogprobsLists
     of three numpy arrays, which the frontend decodes one hook call at a time. For requests that
-    asked for packing (engine_ext.packed_logprobs) the arrays are replaced by their packed bytes.
+    asked for packing (engine_ext.generation.packed_logprobs) the arrays are replaced by their packed bytes.
     Which requests asked is read before the original runs, since it frees the finished ones.
     """
     from vllm.v1.core.sched.scheduler import Scheduler
 
-    from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, wants_packed_logprobs
+    from engine_ext.generation.packed_logprobs import PACKED_LOGPROBS_KEY, pack, wants_packed_logprobs
 
     original = Scheduler.update_from_output
     if seam_in_place(original, PACKED_LOGPROBS):
@@ -235,12 +235,12 @@ def install_enforced_tokens() -> None:
     would distort processed logprobs (inference-validation.md 1). So the class-level
     `Sampler.sample` is wrapped: the original runs first (grammar, penalties, temperature, top-k/p
     and the request's RNG all advance as in the original run), then each replaying row's sample is
-    replaced by its enforced token (engine_ext.replay_rows), before `Sampler.forward` gathers the
+    replaced by its enforced token (engine_ext.generation.replay_rows), before `Sampler.forward` gathers the
     logprobs of the sampled tokens and builds the step's output.
     """
     from vllm.v1.sample.sampler import Sampler
 
-    from engine_ext.replay_rows import find_replay_rows
+    from engine_ext.generation.replay_rows import find_replay_rows
 
     original = Sampler.sample
     if seam_in_place(original, ENFORCED_TOKENS):
@@ -265,7 +265,7 @@ def install_logprobs_mode_per_request() -> None:
     that mode set (nothing computed twice). A mixed batch runs it in processed mode after taking the
     raw log_softmax at entry (the logits are modified in place later), then gathers the raw rows'
     top-k around their sampled (already enforced) tokens and merges them in. A row that wants both
-    modes (a validation replay whose mode nobody states, engine_ext.both_logprobs_modes) makes a
+    modes (a validation replay whose mode nobody states, engine_ext.generation.both_logprobs_modes) makes a
     batch mixed too: its raw list goes after its processed one in the same row. Each such step is
     counted on the batch's ReplayRows (the worker's process report shows it).
     """
@@ -273,7 +273,7 @@ def install_logprobs_mode_per_request() -> None:
     from vllm.v1.outputs import LogprobsTensors
     from vllm.v1.sample.sampler import Sampler
 
-    from engine_ext.replay_rows import find_replay_rows
+    from engine_ext.generation.replay_rows import find_replay_rows
 
     original = Sampler.forward
     if seam_in_place(original, LOGPROBS_MODE_PER_REQUEST):
@@ -456,7 +456,7 @@ def install_replay_grammars() -> None:
     """
     from vllm.v1.structured_output import StructuredOutputManager
 
-    from engine_ext.replay_rows import REPLAY_TOKENS_ARG
+    from engine_ext.generation.replay_rows import REPLAY_TOKENS_ARG
 
     original = StructuredOutputManager._create_grammar
     if seam_in_place(original, REPLAY_GRAMMARS):

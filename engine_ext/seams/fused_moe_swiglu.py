@@ -6,7 +6,7 @@ in the activation kernel between them and 20 ms in the top-k sum. vLLM's Triton 
 write the gate and up projections, read them back for silu(gate) * up, then run the down projection and the sum.
 For the duration of one forward, each qualifying layer's experts object gets an `apply` that runs the same steps
 with the first two merged into one kernel, and the sum as a Triton kernel that accumulates in fp32
-(engine_ext.poc.expert_kernels); vLLM's own expert alignment and its down projection kernel with its tuned config
+(engine_ext.seams.expert_kernels); vLLM's own expert alignment and its down projection kernel with its tuned config
 stay. Measured there: one experts call 5.05 ms against vLLM's 5.21 (the sum 0.28 ms against 0.40), output within
 relative L2 0.005 of vLLM's; the PoC artifacts at the same largest L2 from the eager forward's (0.0194). The MoE
 layers run as vLLM's opaque custom op, so the swap takes effect at run time, without a recompile; outside the
@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from engine_ext.poc.expert_kernels import GateUpTile, gate_up_swiglu, topk_sum
+from engine_ext.seams.expert_kernels import GateUpTile, gate_up_swiglu, topk_sum
 from engine_ext.seams.shadowing import shadowed_method
 
 KERNEL_DTYPES = (torch.bfloat16, torch.float16)

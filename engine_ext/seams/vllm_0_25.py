@@ -21,11 +21,6 @@ from engine_ext.seams.common import (
 )
 from engine_ext.seams.cpu_router import cpu_router_seams, install_cpu_router_seams, installed_cpu_router_seams
 
-# What vLLM raises for a request it refuses (bad sampling options, a prompt too long...): 0.25's own validation
-# error (VLLMValidationError) derives from ValueError, as every refusal does.
-REQUEST_REFUSALS: tuple[type[Exception], ...] = (ValueError,)
-
-
 # Where this release's CPU experts pick their experts (seam cpu_sigmoid_bias_routing).
 CPU_EXPERT_ROUTER = "vllm.model_executor.layers.fused_moe.cpu_fused_moe"
 
@@ -56,7 +51,6 @@ def cpu_expert_router() -> ModuleType:
 
 
 __all__ = [
-    "REQUEST_REFUSALS",
     "cached_prompt_tokens",
     "count_token_stream_tokens",
     "cpu_expert_router",

@@ -9,8 +9,6 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-from vllm.exceptions import VLLMClientError
-
 from engine_ext.seams.common import (
     cached_prompt_tokens,
     count_token_stream_tokens,
@@ -22,11 +20,6 @@ from engine_ext.seams.common import (
     shared_seams,
 )
 from engine_ext.seams.cpu_router import cpu_router_seams, install_cpu_router_seams, installed_cpu_router_seams
-
-# What vLLM raises for a request it refuses (bad sampling options, a prompt too long...): 0.28 moved its own validation
-# error (VLLMValidationError) under a VLLMClientError, no longer a ValueError; other checks still raise ValueError.
-REQUEST_REFUSALS: tuple[type[Exception], ...] = (ValueError, VLLMClientError)
-
 
 # Where this release's CPU experts pick their experts (seam cpu_sigmoid_bias_routing).
 CPU_EXPERT_ROUTER = "vllm.model_executor.layers.fused_moe.experts.cpu_moe"
@@ -58,7 +51,6 @@ def cpu_expert_router() -> ModuleType:
 
 
 __all__ = [
-    "REQUEST_REFUSALS",
     "cached_prompt_tokens",
     "count_token_stream_tokens",
     "cpu_expert_router",

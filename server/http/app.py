@@ -9,7 +9,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 from prometheus_client import CollectorRegistry
 
-from server.admission import Admission
+from server.core.instances import EngineInstances
 from server.http.body_limit import BodyLimit
 from server.http.errors import install_error_handlers
 from server.http.generate_jobs import JobEngine
@@ -25,10 +25,10 @@ from server.http.pow_routes import pow_router
 from server.http.probe_routes import probe_router
 from server.http.unbuilt_routes import unbuilt_router
 from server.http.version_prefix import VersionPrefix
-from server.instances import EngineInstances
-from server.poc.callback_stream import CallbackSink
-from server.poc.round_control import RoundControl
-from server.poc.round_params import PocLimits
+from server.poc.batches.round_params import PocLimits
+from server.poc.fanout.callback_stream import CallbackSink
+from server.poc.gate.admission import Admission
+from server.poc.round.round_control import RoundControl
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from server.admission import Admission
-from server.engine_failures import engine_failure
-from server.errors import ServiceError
+from server.core.errors import ServiceError
+from server.poc.gate.admission import Admission
+from server.translation.engine_failures import engine_failure
 
 # gRPC's codes as HTTP statuses (the mapping gRPC's own HTTP gateways use); anything else is a 500.
 HTTP_STATUS_OF_CODE = {

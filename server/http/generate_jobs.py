@@ -4,7 +4,7 @@
   in the deployed body through the server's durable callback store and sender (PocComponents.deliver_validated);
 - without it: ComputeArtifacts' own `compute_artifacts`; with `url` the artifacts go to `{url}/generated`, with
   the job's `request_id`, through the same store.
-Without `url`, both go to the pull stream where it is served (server.poc.callback_stream), as the deployed node
+Without `url`, both go to the pull stream where it is served (server.poc.fanout.callback_stream), as the deployed node
 points such jobs at its local sink.
 
 The job's result (`GET generate/{id}`) is the `/validated` body, or the artifacts computed."""
@@ -18,17 +18,17 @@ from typing import Any, Protocol
 
 from gonka.mlnode.v1 import poc_pb2
 from gonka.mlnode.v1 import validation_pb2 as vpb
-from server.instances import EngineInstances
-from server.poc.artifact_compute import compute_artifacts, compute_plan
-from server.poc.artifact_validation import ValidatedCallback, validate_poc_artifacts, validated_body
-from server.poc.artifacts import artifact_entries
-from server.poc.batch_runner import KvBlockNotes
-from server.poc.callbacks import CallbackIdentity
-from server.poc.round_params import PocLimits
+from server.core.instances import EngineInstances
+from server.poc.batches.artifacts import artifact_entries
+from server.poc.batches.batch_runner import KvBlockNotes
+from server.poc.batches.round_params import PocLimits
+from server.poc.delivery.callbacks import CallbackIdentity
+from server.poc.validation.artifact_compute import compute_artifacts, compute_plan
+from server.poc.validation.artifact_validation import ValidatedCallback, validate_poc_artifacts, validated_body
 
 
 class GeneratedSink(Protocol):
-    """A job's artifacts for `{url}/generated` (server.poc.callbacks.ArtifactCallback)."""
+    """A job's artifacts for `{url}/generated` (server.poc.delivery.callbacks.ArtifactCallback)."""
 
     def add(self, nonces: Sequence[int], vectors: bytes) -> None: ...
     def finish(self) -> None: ...

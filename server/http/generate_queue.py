@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from server.errors import ServiceError
+from server.core.errors import ServiceError
 from server.http.pow_requests import require_queue_room
 
 log = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ class GenerateQueue:
     ) -> None:
         """`wait_until_idle`: returns once no mining round runs (RoundControl.wait_until_idle). `computing`: held
         while a job runs (NodeState.validation_job: POW / VALIDATING). `classify`: a job's failure as the gRPC
-        services name it (server.engine_failures)."""
+        services name it (server.translation.engine_failures)."""
         self._wait_until_idle = wait_until_idle
         self._computing = computing
         self._classify = classify

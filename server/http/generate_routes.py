@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 from fastapi import APIRouter, Depends
 
-from server.admission import Admission
 from server.http.errors import HttpError
 from server.http.generate_jobs import GeneratedSink, JobEngine, run_computation, run_validation
 from server.http.generate_queue import FINISHED_KEPT_SECONDS, GenerateJob, GenerateQueue
@@ -20,11 +19,12 @@ from server.http.node_state import NodeState
 from server.http.options import FraudThreshold
 from server.http.pow_models import GenerateBody, GenerateJobError, GenerateJobResponse, GenerateQueued
 from server.http.pow_requests import compute_request, new_request_id, validation_request
-from server.poc.artifact_compute import compute_plan
-from server.poc.artifact_validation import poc_validation_plan
-from server.poc.callback_stream import CallbackSink, poc_batches_path
-from server.poc.callbacks import CallbackIdentity, StreamedArtifacts
-from server.poc.round_params import callback_url_of, require_poc_enabled
+from server.poc.batches.round_params import callback_url_of, require_poc_enabled
+from server.poc.delivery.callbacks import CallbackIdentity, StreamedArtifacts
+from server.poc.fanout.callback_stream import CallbackSink, poc_batches_path
+from server.poc.gate.admission import Admission
+from server.poc.validation.artifact_compute import compute_plan
+from server.poc.validation.artifact_validation import poc_validation_plan
 
 log = logging.getLogger(__name__)
 

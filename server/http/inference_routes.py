@@ -20,21 +20,21 @@ import pydantic
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from engine_ext.generation.outputs import FinishReason, GenerationStep
 from engine_ext.model_facts import ModelFacts
-from engine_ext.outputs import FinishReason, GenerationStep
 from gonka.mlnode.v1 import inference_pb2 as pb
-from server.admission import Admission
-from server.engine_failures import engine_failure
-from server.errors import ServiceError
+from server.core.errors import ServiceError
+from server.core.instances import EngineInstance, EngineInstances
+from server.core.request_registry import RequestRegistry
 from server.http.errors import HttpError, http_error_of
 from server.http.json_body import parse_body
 from server.http.node_state import NodeState
 from server.http.openai_models import ChatCompletionBody, CompletionBody, SamplingFields, TokenizeBody
 from server.http.openai_responses import Kind, OpenAIAnswer
 from server.http.openai_translation import chat_input, chat_request, completion_request, openai_error
-from server.instances import EngineInstance, EngineInstances
-from server.request_registry import RequestRegistry
+from server.poc.gate.admission import Admission
 from server.translation import GenerationPlan, RequestTranslator
+from server.translation.engine_failures import engine_failure
 from server.translation.prompt import PromptReader
 
 Body = TypeVar("Body", bound=pydantic.BaseModel)

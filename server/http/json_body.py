@@ -11,7 +11,7 @@ from typing import TypeVar
 import pydantic
 from fastapi import Request
 
-from server.errors import echoed
+from server.core.errors import echoed
 from server.http.errors import HttpError
 
 Model = TypeVar("Model", bound=pydantic.BaseModel)

@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from server.errors import echoed
+from server.core.errors import echoed
+from server.core.instances import EngineInstances, InstanceState
 from server.http.errors import HttpError
-from server.instances import EngineInstances, InstanceState
-from server.poc.round_control import RoundControl
+from server.poc.round.round_control import RoundControl
 
 log = logging.getLogger(__name__)
 

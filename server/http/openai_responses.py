@@ -12,8 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from engine_ext.chain_lists import chain_top_lists
-from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
+from engine_ext.generation.chain_lists import chain_top_lists
+from engine_ext.generation.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
 
 # vLLM's floor for a logprob it reports (-inf is not JSON).
 LOGPROB_FLOOR = -9999.0

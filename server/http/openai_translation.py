@@ -12,7 +12,7 @@ from google.protobuf.struct_pb2 import Struct
 
 from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.v1 import inference_pb2 as pb
-from server.errors import ServiceError
+from server.core.errors import ServiceError
 from server.http.errors import HttpError
 from server.http.openai_models import (
     ChatCompletionBody,

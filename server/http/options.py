@@ -6,8 +6,8 @@ import argparse
 import enum
 from dataclasses import dataclass
 
+from server.core.net_address import listen_address
 from server.metrics.options import parse_port
-from server.net_address import listen_address
 
 # The MLNode release whose API this server answers as: the API node gates features on it (the pull callback
 # stream from 3.0.14 on, spec section 6).

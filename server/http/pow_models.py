@@ -21,7 +21,7 @@ class PocParamsBody(pydantic.BaseModel):
 
     model: str
     seq_len: INT32
-    # The API node omits it: the network's k (12) is the default (server.poc.round_params).
+    # The API node omits it: the network's k (12) is the default (server.poc.batches.round_params).
     k_dim: INT32 | None = None
 
 
@@ -38,7 +38,7 @@ class InitGenerateBody(pydantic.BaseModel):
     # The API node's callback base: artifacts go to {url}/generated. Absent or empty: the pull stream takes them.
     url: str = ""
     poc_stronger_rng: bool = False
-    # The API node omits it (the deployed node defaults it to 32, as server.poc.round_params does).
+    # The API node omits it (the deployed node defaults it to 32, as server.poc.batches.round_params does).
     batch_size: INT32 | None = None
 
 

@@ -1,7 +1,7 @@
 """`pow/init/generate` and `pow/generate` bodies as the gRPC requests they stand for: a mining round is a
 PocService StartRoundRequest, a validation job a ValidationService ValidatePocArtifactsRequest and any other
-generate job a PocService ComputeArtifactsRequest, read by the same checks (server.poc.round_params,
-server.poc.artifact_validation, server.poc.artifact_compute); only what the HTTP API adds is checked here: the nonce
+generate job a PocService ComputeArtifactsRequest, read by the same checks (server.poc.batches.round_params,
+server.poc.validation.artifact_validation, server.poc.validation.artifact_compute); only what the HTTP API adds is checked here: the nonce
 set of a validation job (400), and the bound on queued nonces (429), as the deployed plugin refuses them."""
 
 from __future__ import annotations

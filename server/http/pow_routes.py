@@ -1,8 +1,8 @@
 """`pow/init/generate`, `pow/status` and `pow/stop` (spec section 1.1): mining rounds over HTTP, started, read and
-stopped through the round control PocService drives, after the same checks (server.poc.round_params). A round's
+stopped through the round control PocService drives, after the same checks (server.poc.batches.round_params). A round's
 artifacts go to `{url}/generated` through the durable callback store and its sender, in the deployed body, as for a
 StartRound with a callback_url; without `url` (or with an empty one), to the pull stream's sink
-(server.poc.callback_stream), where it is served. One "backend" per engine instance, each named by the management
+(server.poc.fanout.callback_stream), where it is served. One "backend" per engine instance, each named by the management
 port. pow/stop also cancels the generate jobs (server.http.generate_queue)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import logging
 
 from fastapi import APIRouter, Depends
 
-from server.admission import Admission
+from server.core.instances import EngineInstances
 from server.http.generate_queue import GenerateQueue
 from server.http.json_body import json_body
 from server.http.node_state import NodeState
@@ -25,11 +25,11 @@ from server.http.pow_models import (
     PowStopResponse,
 )
 from server.http.pow_requests import start_round_request
-from server.instances import EngineInstances
-from server.poc.callback_stream import CallbackSink
-from server.poc.callbacks import streamed_round
-from server.poc.round_control import RoundControl
-from server.poc.round_params import PocLimits, require_poc_enabled, round_parameters
+from server.poc.batches.round_params import PocLimits, require_poc_enabled, round_parameters
+from server.poc.delivery.callbacks import streamed_round
+from server.poc.fanout.callback_stream import CallbackSink
+from server.poc.gate.admission import Admission
+from server.poc.round.round_control import RoundControl
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import pydantic
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 
-from server.admission import Admission
+from server.core.instances import EngineInstances
 from server.http.node_state import NodeState
-from server.instances import EngineInstances
+from server.poc.gate.admission import Admission
 
 
 class InstanceHealth(pydantic.BaseModel):

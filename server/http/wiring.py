@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from engine_ext.model_facts import ModelFacts
-from server.admission import Admission
-from server.engine_failures import engine_failure
+from server.core.instances import EngineInstances
+from server.core.request_registry import RequestRegistry
 from server.http.app import PocRouting, management_app
 from server.http.generate_jobs import GeneratedCallback, JobEngine
 from server.http.generate_queue import GenerateQueue
@@ -19,13 +19,13 @@ from server.http.inference_routes import InferenceObjects
 from server.http.node_routes import NodeVersions
 from server.http.node_state import NodeState, ServedModel
 from server.http.options import HttpOptions, InferencePortOptions
-from server.instances import EngineInstances
-from server.poc.artifact_validation import ValidatedCallback
-from server.poc.callback_stream import CallbackSink
-from server.poc.round_control import RoundControl
-from server.poc.round_params import PocLimits
-from server.request_registry import RequestRegistry
+from server.poc.batches.round_params import PocLimits
+from server.poc.fanout.callback_stream import CallbackSink
+from server.poc.gate.admission import Admission
+from server.poc.round.round_control import RoundControl
+from server.poc.validation.artifact_validation import ValidatedCallback
 from server.translation import RequestTranslator
+from server.translation.engine_failures import engine_failure
 from server.translation.prompt import PromptReader
 
 

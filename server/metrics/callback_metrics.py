@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from server.poc.callback_sender import CallbackSender, GiveUpReason
+from server.poc.delivery.callback_sender import CallbackSender, GiveUpReason
 
 GIVE_UP_REASONS = (GiveUpReason.REJECTED, GiveUpReason.EXPIRED, GiveUpReason.UNSENDABLE)
 

@@ -1,4 +1,4 @@
-"""The ErrorInfo reason a finished RPC's trailers carry (server.errors puts it there)."""
+"""The ErrorInfo reason a finished RPC's trailers carry (server.core.errors puts it there)."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from server.instances import EngineInstances
+from server.core.instances import EngineInstances
 from server.metrics.callback_metrics import CallbackMetrics
 from server.metrics.endpoint import MetricsEndpoint
 from server.metrics.instance_metrics import InstanceMetrics, InstanceRegistries
@@ -20,8 +20,8 @@ from server.metrics.options import MetricsOptions
 from server.metrics.poc_metrics import PocMetrics
 from server.metrics.rpc_interceptor import MetricsInterceptor
 from server.metrics.rpc_metrics import RpcMetrics
-from server.poc.callback_sender import CallbackSender
-from server.poc.round_control import RoundControl
+from server.poc.delivery.callback_sender import CallbackSender
+from server.poc.round.round_control import RoundControl
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from server.instances import EngineInstances, InstanceState
+from server.core.instances import EngineInstances, InstanceState
 
 INSTANCE_LABEL = "instance"
 

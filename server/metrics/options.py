@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 
-from server.net_address import listen_address
+from server.core.net_address import listen_address
 
 MAX_PORT = 65535
 

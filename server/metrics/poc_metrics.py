@@ -14,7 +14,7 @@ from typing import Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from server.poc.mining_round import MiningRound
+from server.poc.round.mining_round import MiningRound
 
 
 class RunningRound(Protocol):
@@ -23,7 +23,7 @@ class RunningRound(Protocol):
 
 
 class PocMetrics(Collector):
-    """A RoundObserver (server.poc.round_control) and a Prometheus collector."""
+    """A RoundObserver (server.poc.round.round_control) and a Prometheus collector."""
 
     def __init__(self, control: RunningRound) -> None:
         self._control = control

@@ -14,9 +14,9 @@ from typing import Any
 
 import grpc
 
+from server.core.refusing_handler import HANDLER_FACTORIES
 from server.metrics.error_reason import NO_REASON, error_reason
 from server.metrics.rpc_metrics import Rpc, RpcMetrics
-from server.refusing_handler import HANDLER_FACTORIES
 
 Behavior = Callable[[Any, grpc.aio.ServicerContext], Any]
 # A client's deadline timer starts before its request leaves, the server's when the request arrives; so the cancel

@@ -1,6 +1,6 @@
 """Everything PoC in the server process, built once and passed explicitly: the gate, the artifact hub,
 the round control, the callback store's sender and the servicer; its flags; its shutdown. (The batch
-runners are the engine instances' own: server.instances.)"""
+runners are the engine instances' own: server.core.instances.)"""
 
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ import logging
 import aiohttp
 
 from engine_ext.model_facts import ModelFacts
-from server.admission import Admission
-from server.instances import EngineInstances
-from server.poc.artifact_hub import ArtifactHub
-from server.poc.callback_sender import SETTLED_KEPT_SECONDS, CallbackSender
-from server.poc.callback_store import CallbackStore
-from server.poc.callbacks import ArtifactCallback, CallbackIdentity
-from server.poc.options import PocOptions
-from server.poc.round_control import HealthSetter, RoundControl
-from server.poc.round_params import PocLimits, RoundParameters
-from server.poc.validated import require_validated_fields, validated_url
-from server.poc_servicer import PocServicer
+from server.core.instances import EngineInstances
+from server.poc.batches.options import PocOptions
+from server.poc.batches.round_params import PocLimits, RoundParameters
+from server.poc.delivery.callback_sender import SETTLED_KEPT_SECONDS, CallbackSender
+from server.poc.delivery.callback_store import CallbackStore
+from server.poc.delivery.callbacks import ArtifactCallback, CallbackIdentity
+from server.poc.delivery.validated import require_validated_fields, validated_url
+from server.poc.fanout.artifact_hub import ArtifactHub
+from server.poc.gate.admission import Admission
+from server.poc.round.round_control import HealthSetter, RoundControl
+from server.poc.servicer import PocServicer
 
 log = logging.getLogger(__name__)
 

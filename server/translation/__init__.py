@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from engine_ext.generation_request import GenerationRequest
+from engine_ext.generation.generation_request import GenerationRequest
 from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.v1 import inference_pb2 as pb
-from server.errors import invalid_field
+from server.core.errors import invalid_field
 from server.translation.prompt import PromptReader
 from server.translation.replay import enforced_token_ids, logprobs_mode
 from server.translation.sampling import logprob_counts, sampling_choice

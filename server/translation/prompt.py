@@ -16,8 +16,8 @@ from google.protobuf.json_format import MessageToDict
 
 from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.v1 import inference_pb2 as pb
-from server.errors import Reason, ServiceError, invalid_field
-from server.tokenizer_pool import TokenizerPool
+from server.core.errors import Reason, ServiceError, invalid_field
+from server.translation.tokenizer_pool import TokenizerPool
 
 CHAT_ROLES: dict[int, str] = {
     pb.CHAT_ROLE_SYSTEM: "system",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.v1 import inference_pb2 as pb
-from server.errors import invalid_field
+from server.core.errors import invalid_field
 from server.translation.prompt import require_in_vocabulary
 
 LOGPROBS_MODES: dict[pb.LogprobsMode, LogprobsMode | None] = {

@@ -11,7 +11,7 @@ import grpc
 
 from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.v1 import inference_pb2 as pb
-from server.errors import Reason, ServiceError, invalid_field
+from server.core.errors import Reason, ServiceError, invalid_field
 from server.translation.prompt import require_in_vocabulary
 
 # More outputs than this per prompt is a mistake, not a workload: each is a full engine request.

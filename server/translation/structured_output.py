@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from engine_ext.generation_request import Constraint
+from engine_ext.generation.generation_request import Constraint
 from gonka.mlnode.v1 import inference_pb2 as pb
-from server.errors import Reason, invalid_field
+from server.core.errors import Reason, invalid_field
 
 
 def constraint_field(request: pb.GenerateRequest) -> str | None:

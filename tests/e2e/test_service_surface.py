@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from engine_ext.vllm_version import public_version
+from engine_ext.seams.vllm_version import public_version
 from gonka.mlnode.client import InferenceClient
 from gonka.mlnode.v1 import inference_pb2 as pb
 from protos.contract import RECORD_PATH, read_record
@@ -34,7 +34,7 @@ def expected_engine_seams() -> set[str]:
 def installed_vllm_version() -> str:
     import vllm
 
-    from engine_ext.vllm_version import public_version
+    from engine_ext.seams.vllm_version import public_version
 
     return public_version(vllm.__version__)
 
@@ -107,7 +107,7 @@ def test_health_lists_every_service_it_reports(server) -> None:
         SERVICE: health_pb2.HealthCheckResponse.SERVING,
         "gonka.mlnode.v1.ValidationService": health_pb2.HealthCheckResponse.SERVING,
         "gonka.mlnode.v1.PocService": health_pb2.HealthCheckResponse.SERVING,
-        # The server's one engine instance, under its own name (server.instances.instance_health_name).
+        # The server's one engine instance, under its own name (server.core.instances.instance_health_name).
         f"{SERVICE}/instance-0": health_pb2.HealthCheckResponse.SERVING,
     }
 

@@ -7,8 +7,8 @@ import asyncio
 import grpc
 import pytest
 
-from server.admission import Admission
-from server.errors import ServiceError
+from server.core.errors import ServiceError
+from server.poc.gate.admission import Admission
 
 
 def test_streams_beyond_the_bound_are_refused_until_one_ends() -> None:

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from engine_ext.consensus.artifact import decode_vector
-from server.poc.artifact_hub import (
+from server.poc.batches.artifacts import ArtifactBatch
+from server.poc.fanout.artifact_hub import (
     ArtifactHub,
     BatchEvent,
     EndEvent,
@@ -22,7 +23,6 @@ from server.poc.artifact_hub import (
     RoundExists,
     RoundNotFound,
 )
-from server.poc.artifacts import ArtifactBatch
 
 K = 12
 

@@ -10,8 +10,8 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2, status_pb2
 
-from server.auth import AuthInterceptor, Authorizer, is_protected
-from server.bearer_token import BearerToken, InvalidToken
+from server.core.auth import AuthInterceptor, Authorizer, is_protected
+from server.core.bearer_token import BearerToken, InvalidToken
 
 TOKEN = "s3cret-Token_value.42"
 

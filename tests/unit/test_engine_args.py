@@ -185,7 +185,7 @@ def test_another_structured_output_backend_is_refused_at_start(default_model: De
 def test_vllms_default_max_logprobs_makes_room_for_both_modes_of_a_replay(
     default_model: DefaultModel, model_flags: tuple[str, ...]
 ) -> None:
-    """A replay of unstated mode carries 2k + 1 logprobs (engine_ext.both_logprobs_modes): k = 20 must fit."""
+    """A replay of unstated mode carries 2k + 1 logprobs (engine_ext.generation.both_logprobs_modes): k = 20 must fit."""
     assert settings(default_model, *model_flags).vllm_args.max_logprobs == 41
     assert (
         settings(default_model, *model_flags, "--max-logprobs", "8").vllm_args.max_logprobs == 8

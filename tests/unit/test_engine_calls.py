@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from engine_ext.engine_calls import EngineCalls
-from engine_ext.errors import EngineCallTimeout
+from engine_ext.generation.errors import EngineCallTimeout
 
 
 class Clock:

@@ -1,5 +1,5 @@
 """MlnodeEngine.tokenizer_is_thread_safe on the tokenizers vLLM serves with (the server shares a safe one across its
-tokenization threads instead of copying it: server.tokenizer_pool)."""
+tokenization threads instead of copying it: server.translation.tokenizer_pool)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import grpc
 
 from gonka.mlnode.client import ServerError
-from server.errors import Reason, ServiceError
+from server.core.errors import Reason, ServiceError
 
 
 class FailedCall(grpc.RpcError):

@@ -1,4 +1,4 @@
-"""The routed experts' kernels (engine_ext.poc.expert_kernels: gate/up + SwiGLU, the top-k sum) and their seam
+"""The routed experts' kernels (engine_ext.seams.expert_kernels: gate/up + SwiGLU, the top-k sum) and their seam
 (engine_ext.seams.fused_moe_swiglu) on this CPU.
 
 The kernels run in Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported, so in a fresh Python)
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[2]
 INTERPRETED_CASES = r"""
 import json, sys
 import torch
-from engine_ext.poc.expert_kernels import GateUpTile, gate_up_swiglu
+from engine_ext.seams.expert_kernels import GateUpTile, gate_up_swiglu
 
 def aligned(topk_ids, block_m, experts, spare_tiles):
     # moe_align_block_size's contract: slot ids grouped by expert, each group padded with the slot count to a
@@ -110,7 +110,7 @@ CASES = [
 INTERPRETED_SUMS = r"""
 import json, sys
 import torch
-from engine_ext.poc.expert_kernels import SumTile, topk_sum
+from engine_ext.seams.expert_kernels import SumTile, topk_sum
 
 results = []
 for case in json.loads(sys.argv[1]):
@@ -164,7 +164,7 @@ def test_sum_kernel_adds_each_tokens_routed_rows() -> None:
 
 
 def test_kernels_refuse_an_output_of_the_wrong_shape() -> None:
-    from engine_ext.poc.expert_kernels import GateUpTile, gate_up_swiglu, topk_sum
+    from engine_ext.seams.expert_kernels import GateUpTile, gate_up_swiglu, topk_sum
 
     with pytest.raises(ValueError, match="do not fit"):
         topk_sum(torch.zeros(4, 2, 8), torch.zeros(4, 9))

@@ -6,10 +6,10 @@ import pytest
 from vllm.sampling_params import RequestOutputKind, SamplingParams
 
 from engine_ext.consensus.logprobs_mode import LogprobsMode
-from engine_ext.errors import RequestRejected
-from engine_ext.generation_request import Constraint, GenerationRequest, with_end_of_sequence
-from engine_ext.generation_request import sampling_params as to_sampling_params
-from engine_ext.replay_rows import LOGPROBS_MODE_ARG, REPLAY_TOKENS_ARG
+from engine_ext.generation.errors import RequestRejected
+from engine_ext.generation.generation_request import Constraint, GenerationRequest, with_end_of_sequence
+from engine_ext.generation.generation_request import sampling_params as to_sampling_params
+from engine_ext.generation.replay_rows import LOGPROBS_MODE_ARG, REPLAY_TOKENS_ARG
 
 EOS = 151645
 

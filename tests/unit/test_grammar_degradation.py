@@ -22,7 +22,7 @@ from vllm.v1.structured_output.backend_types import StructuredOutputOptions
 from vllm.v1.structured_output.backend_xgrammar import XgrammarBackend, XgrammarGrammar
 from vllm.v1.structured_output.utils import choice_as_grammar
 
-from engine_ext.replay_rows import REPLAY_TOKENS_ARG
+from engine_ext.generation.replay_rows import REPLAY_TOKENS_ARG
 from engine_ext.seams import expected_seams, installed_seams
 from engine_ext.seams.common import (
     GRAMMAR_DISABLED,

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 
-from server.errors import Reason, ServiceError
+from server.core.errors import Reason, ServiceError
 from server.http.errors import HttpError
 from server.http.generate_queue import FINISHED_KEPT_SECONDS, GenerateQueue, JobStatus, JobWork
 from server.http.pow_requests import MAX_QUEUED_NONCES

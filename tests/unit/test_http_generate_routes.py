@@ -19,7 +19,7 @@ import pytest
 
 from engine_ext.poc.batch import PocBatch, PocBatchResult
 from server.http.options import FraudThreshold
-from server.poc.validated import VALIDATED_FIELDS
+from server.poc.delivery.validated import VALIDATED_FIELDS
 from tests.unit.test_http_management import HTTP_PORT, SERVED, Node, error_of, node_of
 from tests.unit.test_mining_round import PARAMS, K, StandInEngine
 

@@ -19,10 +19,9 @@ from fastapi.testclient import TestClient
 from prometheus_client import CollectorRegistry
 
 from engine_ext.engine_calls import EngineCalls
-from server.admission import Admission
-from server.engine_failures import engine_failure
-from server.errors import Reason, ServiceError
-from server.health import HealthService
+from server.core.errors import Reason, ServiceError
+from server.core.health import HealthService
+from server.core.instances import EngineInstances
 from server.http.app import PocRouting, management_app
 from server.http.errors import HTTP_STATUS_OF_CODE
 from server.http.generate_jobs import JobEngine
@@ -30,13 +29,14 @@ from server.http.generate_queue import GenerateQueue
 from server.http.node_routes import NodeVersions
 from server.http.node_state import NodeMode, NodeState, ServedModel
 from server.http.options import DEFAULT_MLNODE_VERSION, FraudThreshold
-from server.instances import EngineInstances
-from server.poc.artifact_hub import ArtifactHub
-from server.poc.callback_stream import CallbackSink
-from server.poc.callbacks import CallbackIdentity
-from server.poc.mining_round import RoundState
-from server.poc.round_control import RoundControl
-from server.poc.round_params import PocLimits, RoundParameters
+from server.poc.batches.round_params import PocLimits, RoundParameters
+from server.poc.delivery.callbacks import CallbackIdentity
+from server.poc.fanout.artifact_hub import ArtifactHub
+from server.poc.fanout.callback_stream import CallbackSink
+from server.poc.gate.admission import Admission
+from server.poc.round.mining_round import RoundState
+from server.poc.round.round_control import RoundControl
+from server.translation.engine_failures import engine_failure
 from tests.unit.test_mining_round import PARAMS, StandInEngine, instances_of
 
 SERVED = ServedModel(name="Qwen/Qwen3-0.6B", path="/models/qwen3-0.6b")

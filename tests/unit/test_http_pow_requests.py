@@ -1,5 +1,5 @@
 """`pow/init/generate` and `pow/generate` bodies, as the API node's Go client writes them, read into the gRPC
-requests PocService and ValidationService take and through the same checks (server.poc.round_params): only the
+requests PocService and ValidationService take and through the same checks (server.poc.batches.round_params): only the
 HTTP API's own rules (the nonce set, the queue bound) are checked in server.http."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import uuid
 import pytest
 
 from engine_ext.consensus import DEFAULT_K
-from server.errors import ServiceError
+from server.core.errors import ServiceError
 from server.http.errors import HttpError, error_response, http_error_of
 from server.http.json_body import parse_body
 from server.http.options import FraudThreshold
@@ -31,7 +31,7 @@ from server.http.pow_requests import (
     start_round_request,
     validation_request,
 )
-from server.poc.round_params import DEFAULT_BATCH_SIZE, PocLimits, round_parameters
+from server.poc.batches.round_params import DEFAULT_BATCH_SIZE, PocLimits, round_parameters
 
 LIMITS = PocLimits(
     "Qwen/Qwen3-0.6B", max_model_len=4096, hidden_size=1024, max_num_batched_tokens=8192, max_num_seqs=64

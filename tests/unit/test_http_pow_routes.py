@@ -9,7 +9,7 @@ import json
 import time
 
 from server.http.pow_routes import ALREADY_GENERATING, NO_BACKENDS_TO_STOP
-from server.poc.mining_round import RoundState
+from server.poc.round.mining_round import RoundState
 from tests.unit.test_http_management import HTTP_PORT, SERVED, error_of, node_of
 from tests.unit.test_mining_round import K, StandInEngine
 

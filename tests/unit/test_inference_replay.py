@@ -1,15 +1,15 @@
-"""Whether a ValidateInference replay may be judged: only one that ended at the record's own end (server.inference_replay),
-and how a replay that asked for both logprobs modes carries them (engine_ext.both_logprobs_modes)."""
+"""Whether a ValidateInference replay may be judged: only one that ended at the record's own end (server.services.inference_replay),
+and how a replay that asked for both logprobs modes carries them (engine_ext.generation.both_logprobs_modes)."""
 
 from __future__ import annotations
 
 import grpc
 import pytest
 
-from engine_ext.both_logprobs_modes import both_modes_width, split_both_modes
-from engine_ext.outputs import Finish, FinishReason, LogprobColumns
-from server.admission import Admission
-from server.inference_replay import replay_end_error
+from engine_ext.generation.both_logprobs_modes import both_modes_width, split_both_modes
+from engine_ext.generation.outputs import Finish, FinishReason, LogprobColumns
+from server.poc.gate.admission import Admission
+from server.services.inference_replay import replay_end_error
 
 
 def finish(reason: FinishReason) -> Finish:

@@ -14,19 +14,19 @@ import pytest
 
 from engine_ext.consensus.logprobs_mode import DEFAULT_MODE
 from engine_ext.engine_calls import EngineCalls
-from engine_ext.errors import RequestFailed, RequestRejected
-from engine_ext.generation_request import GenerationRequest
+from engine_ext.generation.errors import RequestFailed, RequestRejected
+from engine_ext.generation.generation_request import GenerationRequest
+from engine_ext.generation.outputs import GenerationStep, OutputDelta
 from engine_ext.model_facts import ModelFacts
-from engine_ext.outputs import GenerationStep, OutputDelta
 from gonka.mlnode.client import build_request
-from server.admission import Admission
-from server.auth import Authorizer
-from server.engine_failures import engine_failure as server_failure
-from server.errors import ServiceError
-from server.inference_servicer import InferenceServicer
-from server.instances import EngineInstance, EngineInstances
-from server.request_registry import RequestRegistry
+from server.core.auth import Authorizer
+from server.core.errors import ServiceError
+from server.core.instances import EngineInstance, EngineInstances
+from server.core.request_registry import RequestRegistry
+from server.poc.gate.admission import Admission
+from server.services.inference_servicer import InferenceServicer
 from server.translation import RequestTranslator
+from server.translation.engine_failures import engine_failure as server_failure
 from server.translation.prompt import PromptLimits, PromptReader
 
 FACTS = ModelFacts(
@@ -128,7 +128,7 @@ def test_a_rejection_by_the_engine_is_invalid_argument() -> None:
 
 
 def test_a_value_error_from_a_server_bug_is_internal_and_logged(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.ERROR, logger="server.engine_failures"):
+    with caplog.at_level(logging.ERROR, logger="server.translation.engine_failures"):
         code, message = engine_failure(ValueError("a bug, not the client's"))
     assert code == grpc.StatusCode.INTERNAL and "a bug" in message
     assert any(record.exc_info for record in caplog.records)  # the traceback is in the log

@@ -10,14 +10,14 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from engine_ext.engine_calls import EngineCalls
-from engine_ext.errors import EngineDead
+from engine_ext.generation.errors import EngineDead
 from engine_ext.hang_watch import HangRule
 from engine_ext.step_progress import ProgressSample
-from server.admission import Admission
+from server.core.health import HealthService
+from server.core.instances import EngineInstance, EngineInstances, InstanceState, instance_health_name
+from server.core.shutdown import ShutdownTrigger
 from server.engine_watch import watch_instances
-from server.health import HealthService
-from server.instances import EngineInstance, EngineInstances, InstanceState, instance_health_name
-from server.shutdown import ShutdownTrigger
+from server.poc.gate.admission import Admission
 
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 INFERENCE = "gonka.mlnode.v1.InferenceService"

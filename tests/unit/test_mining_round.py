@@ -14,17 +14,17 @@ from grpc_health.v1 import health_pb2
 
 from engine_ext.consensus import HeadOutcome
 from engine_ext.engine_calls import EngineCalls
-from engine_ext.errors import EngineDead
+from engine_ext.generation.errors import EngineDead
 from engine_ext.poc.batch import BATCH_OK, BATCH_WITHDRAWN, PocBatch, PocBatchResult
 from gonka.mlnode.v1 import poc_pb2
-from server.errors import ServiceError
-from server.instances import EngineInstance, EngineInstances
-from server.poc.artifact_hub import ArtifactHub, BatchEvent, EndEvent, EndReason, RoundNotFound
-from server.poc.batch_runner import PocBatchRunner
-from server.poc.mining_round import MAX_CONSECUTIVE_REJECTIONS, RoundState
-from server.poc.priority_gate import PriorityGate
-from server.poc.round_control import RoundControl
-from server.poc.round_params import ArtifactParams, PocLimits, RoundParameters, round_parameters
+from server.core.errors import ServiceError
+from server.core.instances import EngineInstance, EngineInstances
+from server.poc.batches.batch_runner import PocBatchRunner
+from server.poc.batches.round_params import ArtifactParams, PocLimits, RoundParameters, round_parameters
+from server.poc.fanout.artifact_hub import ArtifactHub, BatchEvent, EndEvent, EndReason, RoundNotFound
+from server.poc.gate.priority_gate import PriorityGate
+from server.poc.round.mining_round import MAX_CONSECUTIVE_REJECTIONS, RoundState
+from server.poc.round.round_control import RoundControl
 
 K = 2
 PARAMS = RoundParameters(
@@ -198,7 +198,7 @@ def test_a_stop_withdraws_the_queued_batch_and_keeps_nonces_dense() -> None:
 
 def _batches(hub: ArtifactHub, round_id: str):
     async def read():
-        from server.poc.artifact_hub import BatchEvent
+        from server.poc.fanout.artifact_hub import BatchEvent
 
         return [event.batch async for event in hub.subscribe(round_id) if isinstance(event, BatchEvent)]
 

@@ -8,10 +8,10 @@ import math
 
 import pytest
 
+from engine_ext.generation.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
 from engine_ext.model_facts import ModelFacts
-from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
 from gonka.mlnode.v1 import inference_pb2 as pb
-from server.errors import invalid_field
+from server.core.errors import invalid_field
 from server.http.errors import HttpError
 from server.http.openai_models import ChatCompletionBody, CompletionBody
 from server.http.openai_responses import OpenAIAnswer

@@ -17,11 +17,11 @@ from engine_ext.engine_calls import EngineCalls
 from engine_ext.poc.batch import BATCH_OK, PocBatch, PocBatchResult
 from gonka.mlnode.v1 import poc_pb2
 from gonka.mlnode.v1 import validation_pb2 as vpb
-from server.errors import Reason, ServiceError
-from server.instances import EngineInstance
-from server.poc.artifact_validation import validate_poc_artifacts
-from server.poc.batch_runner import PocBatchRunner
-from server.poc.round_params import PocLimits
+from server.core.errors import Reason, ServiceError
+from server.core.instances import EngineInstance
+from server.poc.batches.batch_runner import PocBatchRunner
+from server.poc.batches.round_params import PocLimits
+from server.poc.validation.artifact_validation import validate_poc_artifacts
 
 K = 4
 MODEL = "stand-in"

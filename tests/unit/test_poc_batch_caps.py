@@ -6,8 +6,8 @@ import pytest
 
 from engine_ext.poc.batch_caps import ASYNC_TENSOR_PARALLEL_BATCH_CAP, poc_batch_cap
 from gonka.mlnode.v1 import poc_pb2
-from server.errors import ServiceError
-from server.poc.round_params import PocLimits, batch_size_of
+from server.core.errors import ServiceError
+from server.poc.batches.round_params import PocLimits, batch_size_of
 
 SEQ_LEN = 1024
 

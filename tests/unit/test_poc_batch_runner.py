@@ -11,9 +11,9 @@ import grpc
 import pytest
 
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, BATCH_OK, PocBatch, PocBatchResult
-from server.errors import ServiceError
-from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
-from server.poc.round_params import ArtifactParams
+from server.core.errors import ServiceError
+from server.poc.batches.batch_runner import KvBlockNotes, PocBatchRunner
+from server.poc.batches.round_params import ArtifactParams
 
 PARAMS = ArtifactParams("bh", "pk", seq_len=128, k_dim=2, stronger_rng=False)
 

@@ -17,14 +17,14 @@ import pytest
 from aiohttp import web
 
 from engine_ext.consensus.artifact import decode_vector
-from server.poc.artifacts import ArtifactBatch
-from server.poc.callback_sender import IDEMPOTENCY_HEADER, CallbackSender, GiveUpReason
-from server.poc.callback_store import CallbackStore, EntryState, RoundCounts
-from server.poc.callback_url import callback_url_problem
-from server.poc.callbacks import ArtifactCallback, CallbackIdentity
-from server.poc.retry import RetrySchedule
-from server.poc.store_lock import StoreInUse, StoreLock
-from server.poc.validated import validated_url
+from server.poc.batches.artifacts import ArtifactBatch
+from server.poc.batches.callback_url import callback_url_problem
+from server.poc.delivery.callback_sender import IDEMPOTENCY_HEADER, CallbackSender, GiveUpReason
+from server.poc.delivery.callback_store import CallbackStore, EntryState, RoundCounts
+from server.poc.delivery.callbacks import ArtifactCallback, CallbackIdentity
+from server.poc.delivery.retry import RetrySchedule
+from server.poc.delivery.store_lock import StoreInUse, StoreLock
+from server.poc.delivery.validated import validated_url
 
 K = 12
 IDENTITY = CallbackIdentity(public_key="pk-1", block_hash="0xabc", block_height=123, node_id=2)
@@ -476,7 +476,7 @@ def test_one_server_per_store(tmp_path: Path) -> None:
 
 
 def test_a_file_that_is_no_store_is_refused_with_its_name(tmp_path: Path) -> None:
-    from server.poc.callback_store import StoreUnreadable
+    from server.poc.delivery.callback_store import StoreUnreadable
 
     path = tmp_path / "callbacks.sqlite3"
     path.write_bytes(b"not a database at all, but long enough to have a header" * 20)

@@ -13,8 +13,8 @@ import pytest
 from engine_ext.engine import PocDecoderReport
 from engine_ext.poc.batch import BATCH_OK, PocBatchResult
 from server.app import StartupError, _prepare_poc_forward
-from server.instances import EngineInstance, EngineInstances
-from server.poc.options import PocOptions
+from server.core.instances import EngineInstance, EngineInstances
+from server.poc.batches.options import PocOptions
 
 
 @dataclass

@@ -8,7 +8,7 @@ from prometheus_client import CollectorRegistry
 
 from gonka.mlnode.v1 import poc_pb2
 from server.metrics.poc_metrics import PocMetrics
-from server.poc.mining_round import RoundState
+from server.poc.round.mining_round import RoundState
 
 
 def test_rounds_nonces_and_the_running_rate() -> None:

@@ -9,12 +9,12 @@ import asyncio
 import pytest
 
 from engine_ext.engine_calls import EngineCalls
-from engine_ext.errors import EngineDead
+from engine_ext.generation.errors import EngineDead
 from engine_ext.poc.batch import BATCH_OK, PocBatch, PocBatchResult
-from server.instances import EngineInstance
-from server.poc.batch_runner import KvBlockNotes, PocBatchRunner
-from server.poc.round_params import ArtifactParams
-from server.poc.spread import spread_batches
+from server.core.instances import EngineInstance
+from server.poc.batches.batch_runner import KvBlockNotes, PocBatchRunner
+from server.poc.batches.round_params import ArtifactParams
+from server.poc.batches.spread import spread_batches
 
 PARAMS = ArtifactParams("bh", "pk", seq_len=4, k_dim=2, stronger_rng=False)
 

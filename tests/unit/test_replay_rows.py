@@ -8,9 +8,9 @@ import torch
 from vllm.sampling_params import SamplingParams
 from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
 
-from engine_ext.logprob_padding import pad_masked_entries
-from engine_ext.outputs import LogprobColumns
-from engine_ext.replay_rows import LOGPROBS_MODE_ARG, REPLAY_TOKENS_ARG, ReplayRows
+from engine_ext.generation.logprob_padding import pad_masked_entries
+from engine_ext.generation.outputs import LogprobColumns
+from engine_ext.generation.replay_rows import LOGPROBS_MODE_ARG, REPLAY_TOKENS_ARG, ReplayRows
 
 RAW, PROCESSED = "raw_logprobs", "processed_logprobs"
 

@@ -7,8 +7,8 @@ import math
 from vllm.logprobs import FlatLogprobs, append_logprobs_for_next_position
 from vllm.outputs import CompletionOutput, RequestOutput
 
-from engine_ext.outputs import FinishReason
-from engine_ext.request_outputs import RequestOutputReader, finish_reason, logprob_columns
+from engine_ext.generation.outputs import FinishReason
+from engine_ext.generation.request_outputs import RequestOutputReader, finish_reason, logprob_columns
 
 
 def flat_positions(positions: list[tuple[int, float, int, list[tuple[int, float]]]], k: int) -> FlatLogprobs:
@@ -66,7 +66,7 @@ def test_k_zero_gives_only_the_chosen_tokens_values() -> None:
 
 
 def test_minus_infinity_passes_through_unchanged() -> None:
-    # Reporting it as -9999 is the wire's convention (server.response_encoding), not the engine's.
+    # Reporting it as -9999 is the wire's convention (server.services.response_encoding), not the engine's.
     flat = flat_positions([(4, -math.inf, 151936, [(1, -0.1), (2, -math.inf)])], k=2)
     columns = logprob_columns(flat, [4], 0, 2)
     assert columns.logprobs == [-math.inf] and columns.top_logprobs == [-0.1, -math.inf]
@@ -76,7 +76,7 @@ def test_every_finish_reason_of_vllm_has_a_project_reason() -> None:
     from vllm.v1.engine import FinishReason as VllmFinishReason
 
     # vLLM (0.20 and later) adds `repetition`, reported only to requests that ask for its repetition detection,
-    # which this server never sets (engine_ext.generation_request builds every SamplingParams).
+    # which this server never sets (engine_ext.generation.generation_request builds every SamplingParams).
     reported = [reason for reason in VllmFinishReason if str(reason) != "repetition"]
     assert [finish_reason(reason) for reason in reported] == list(FinishReason)
     assert finish_reason("length") is FinishReason.LENGTH  # RequestOutput carries the string form

@@ -7,8 +7,8 @@ import asyncio
 import grpc
 import pytest
 
-from server.errors import ServiceError
-from server.request_registry import RequestRegistry
+from server.core.errors import ServiceError
+from server.core.request_registry import RequestRegistry
 
 
 def test_an_id_is_unique_while_active_and_free_afterwards() -> None:

@@ -5,10 +5,17 @@ from __future__ import annotations
 import math
 
 from engine_ext.consensus.logprobs_mode import LogprobsMode
-from engine_ext.generation_request import GenerationRequest
-from engine_ext.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta, PromptLogprobs
+from engine_ext.generation.generation_request import GenerationRequest
+from engine_ext.generation.outputs import (
+    Finish,
+    FinishReason,
+    GenerationStep,
+    LogprobColumns,
+    OutputDelta,
+    PromptLogprobs,
+)
 from gonka.mlnode.v1 import inference_pb2 as pb
-from server.response_encoding import ResponseEncoder
+from server.services.response_encoding import ResponseEncoder
 from server.translation import GenerationPlan
 
 PROMPT = [10, 11, 12]

@@ -10,11 +10,11 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from server.errors import Reason, ServiceError, abort_with, invalid_field
+from server.core.errors import Reason, ServiceError, abort_with, invalid_field
+from server.core.refusing_handler import refusing_handler
 from server.metrics.error_reason import NO_REASON, error_reason
 from server.metrics.rpc_interceptor import MetricsInterceptor, deadline_passed
 from server.metrics.rpc_metrics import RpcMetrics
-from server.refusing_handler import refusing_handler
 
 SERVICE = "test.Echo"
 REFUSAL = ServiceError(grpc.StatusCode.UNAUTHENTICATED, Reason.AUTH_TOKEN_REQUIRED, "no token")

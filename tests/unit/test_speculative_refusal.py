@@ -14,9 +14,9 @@ from vllm.engine.arg_utils import AsyncEngineArgs
 from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.engine import speculation_refusal, speculative_decoding_on
 from engine_ext.engine_factory import EngineConfigurationError, require_processed_default_under_speculation
-from engine_ext.generation_request import GenerationRequest
-from server.admission import Admission
-from server.engine_failures import engine_failure
+from engine_ext.generation.generation_request import GenerationRequest
+from server.poc.gate.admission import Admission
+from server.translation.engine_failures import engine_failure
 
 NGRAM = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3, "prompt_lookup_min": 1}
 

@@ -13,7 +13,7 @@ from vllm.v1.engine import EngineCoreEvent, EngineCoreEventType, EngineCoreOutpu
 from vllm.v1.engine.output_processor import OutputProcessor
 from vllm.v1.metrics.stats import IterationStats, PrefillStats
 
-from engine_ext.token_streams import TokenStreams
+from engine_ext.seams.token_streams import TokenStreams
 
 PROMPT = [9707, 1879, 11, 419]
 ARRIVAL = 1000.0

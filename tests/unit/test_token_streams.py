@@ -13,10 +13,16 @@ from vllm.v1.engine import EngineCoreOutput, FinishReason
 from vllm.v1.engine.exceptions import EngineDeadError
 from vllm.v1.outputs import LogprobsLists
 
-from engine_ext.outputs import FinishReason as Finished
-from engine_ext.outputs import LogprobColumns
-from engine_ext.packed_logprobs import PACKED_LOGPROBS_KEY, pack, request_packed_logprobs, unpack, wants_packed_logprobs
-from engine_ext.token_streams import TokenStream, token_stream_possible
+from engine_ext.generation.outputs import FinishReason as Finished
+from engine_ext.generation.outputs import LogprobColumns
+from engine_ext.generation.packed_logprobs import (
+    PACKED_LOGPROBS_KEY,
+    pack,
+    request_packed_logprobs,
+    unpack,
+    wants_packed_logprobs,
+)
+from engine_ext.seams.token_streams import TokenStream, token_stream_possible
 
 
 def logprob_lists(rows: list[tuple[list[int], list[float], int]]) -> LogprobsLists:

@@ -11,11 +11,11 @@ import pytest
 from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.client import build_request
 from gonka.mlnode.v1 import inference_pb2 as pb
-from server.errors import Reason, ServiceError
-from server.tokenizer_pool import TokenizerPool
+from server.core.errors import Reason, ServiceError
 from server.translation import GenerationPlan, RequestTranslator
 from server.translation.chat_template import client_template_variables
 from server.translation.prompt import PromptLimits, PromptReader, integral_numbers_as_ints
+from server.translation.tokenizer_pool import TokenizerPool
 
 FACTS = ModelFacts(
     served_model_name="tiny",
@@ -223,7 +223,7 @@ def test_a_model_without_chat_template_refuses_chat(tokenizer, pool: TokenizerPo
 
 
 def test_a_huge_text_is_counted_in_pieces_exactly_as_whole(tokenizer) -> None:
-    from server.tokenizer_pool import WHOLE_TEXT_CHARS, _count_in_pieces, _encode
+    from server.translation.tokenizer_pool import WHOLE_TEXT_CHARS, _count_in_pieces, _encode
 
     words = ["alpha", "beta,", "gamma.", "delta42", "  spaced", "\nline", "ünï", "中文"]
     text = " ".join(words[i % len(words)] + str(i % 7) for i in range(WHOLE_TEXT_CHARS // 6))[

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import vllm
 
-from engine_ext.vllm_version import UnsupportedVllmVersion, require_supported_vllm, require_v1_model_runners
+from engine_ext.seams.vllm_version import UnsupportedVllmVersion, require_supported_vllm, require_v1_model_runners
 
 
 @pytest.mark.parametrize("version", ["0.25.1", "0.25.1+cpu", "0.25.1+cu130", "0.28.0", "0.28.0+cpu", "0.28.0+cu130"])

@@ -1,0 +1,1 @@
+"""The generation path: a request's sampling parameters for vLLM, the outputs read back from it (tokens, logprobs in either mode, their padding and packing), the replay of given tokens and its verdict, and the engine's errors."""

@@ -1,0 +1,1 @@
+"""One PoC batch's computation, shared by a mining round and validation: the requests' parameters (callback URLs included), a batch run on one engine, its outcomes and artifacts, and a nonce list spread over the engines."""

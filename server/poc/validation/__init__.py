@@ -1,0 +1,1 @@
+"""Other nodes' nonces recomputed (ComputeArtifacts) and judged (ValidatePocArtifacts)."""
