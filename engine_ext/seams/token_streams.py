@@ -14,14 +14,15 @@ stream adds only its token counts to them (vLLM's periodic throughput log line);
 metrics on (the server's --metrics-port), it records each output as vLLM's OutputProcessor records
 its own requests' (the seam record_token_stream_step), so vLLM's Prometheus metrics (request
 counts, time to first token, inter-token and end-to-end latency...) count both paths alike. The
-hook is one wrapper on the AsyncLLM's own OutputProcessor instance (`install`), which routes a
-stream's outputs away before vLLM's processing sees them.
+hook is the seam token_streams on vLLM's OutputProcessor (`install_token_streams_seam`, put in place with the other
+seams), which routes the outputs of the streams an AsyncLLM's processor carries (`TokenStreams.install`) away before
+vLLM's processing sees them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Iterable
 from typing import Any
 
 from vllm.sampling_params import RequestOutputKind, SamplingParams
@@ -36,6 +37,10 @@ from engine_ext.generation.outputs import Finish, FinishReason, GenerationStep, 
 from engine_ext.generation.packed_logprobs import PACKED_LOGPROBS_KEY, pack, unpack
 from engine_ext.generation.request_outputs import finish_reason
 from engine_ext.seams import seams_for_installed_vllm, token_stream_request_stats
+from engine_ext.seams.common import TOKEN_STREAMS, mark, seam_in_place
+
+# Where TokenStreams.install leaves the processor's token streams for the seam to find.
+STREAMS_ATTRIBUTE = "_gonka_mlnode_token_streams"
 
 
 def stream_failure(error: Exception) -> EngineError:
@@ -167,10 +172,10 @@ class TokenStreams:
         return self._llm.output_processor.stream_interval <= 1
 
     def install(self) -> None:
-        """Routes the streams' outputs, and the output handler's failure, through this object."""
-        processor = self._llm.output_processor
-        processor.process_outputs = self._routing(processor.process_outputs)
-        processor.propagate_error = self._failing_too(processor.propagate_error)
+        """Routes the streams' outputs, and the output handler's failure, of this AsyncLLM's OutputProcessor through
+        this object (the seam token_streams, put in place by the plugin, reads it off the processor)."""
+        install_token_streams_seam()
+        setattr(self._llm.output_processor, STREAMS_ATTRIBUTE, self)
 
     async def open(self, request_id: str, request: EngineCoreRequest, pad_masked: bool) -> TokenStream:
         """Submits a validated request (as AsyncLLM.add_request does after validating it); its
@@ -225,18 +230,6 @@ class TokenStreams:
         if streams and not self._llm.errored:
             await self._llm.engine_core.abort_requests_async([stream.engine_request_id for stream in streams])
 
-    def _routing(self, process_outputs: Callable[..., Any]) -> Callable[..., Any]:
-        def process_outputs_and_streams(
-            engine_core_outputs: list[EngineCoreOutput],
-            engine_core_timestamp: float | None = None,
-            iteration_stats: IterationStats | None = None,
-        ) -> Any:
-            if self._streams:
-                engine_core_outputs = self._deliver(engine_core_outputs, engine_core_timestamp, iteration_stats)
-            return process_outputs(engine_core_outputs, engine_core_timestamp, iteration_stats)
-
-        return process_outputs_and_streams
-
     def _deliver(
         self,
         outputs: list[EngineCoreOutput],
@@ -278,12 +271,41 @@ class TokenStreams:
                 del streams[output.request_id]
         return others
 
-    def _failing_too(self, propagate_error: Callable[[Exception], Any]) -> Callable[..., Any]:
-        def propagate_error_to_streams(error: Exception) -> None:
-            streams, self._streams = list(self._streams.values()), {}
-            failure = stream_failure(error)
-            for stream in streams:
-                stream.fail(failure)
-            propagate_error(error)
+    def _fail(self, error: Exception) -> None:
+        streams, self._streams = list(self._streams.values()), {}
+        failure = stream_failure(error)
+        for stream in streams:
+            stream.fail(failure)
 
-        return propagate_error_to_streams
+
+def install_token_streams_seam() -> None:
+    """The seam token_streams: vLLM's OutputProcessor hands the outputs of a processor's token streams (the TokenStreams
+    that `TokenStreams.install` attached to it) to them before its own processing, and fails them when the output
+    handler fails. On the class, like every seam, so the installed-seams report reads it off the patched method; a
+    processor without token streams (any other process) goes straight to vLLM's code."""
+    from vllm.v1.engine.output_processor import OutputProcessor
+
+    if seam_in_place(OutputProcessor.process_outputs, TOKEN_STREAMS):
+        return
+    process_outputs = OutputProcessor.process_outputs
+    propagate_error = OutputProcessor.propagate_error
+
+    def process_outputs_and_streams(
+        processor: OutputProcessor,
+        engine_core_outputs: list[EngineCoreOutput],
+        engine_core_timestamp: float | None = None,
+        iteration_stats: IterationStats | None = None,
+    ) -> Any:
+        streams: TokenStreams | None = getattr(processor, STREAMS_ATTRIBUTE, None)
+        if streams is not None and streams._streams:
+            engine_core_outputs = streams._deliver(engine_core_outputs, engine_core_timestamp, iteration_stats)
+        return process_outputs(processor, engine_core_outputs, engine_core_timestamp, iteration_stats)
+
+    def propagate_error_to_streams(processor: OutputProcessor, error: Exception) -> None:
+        streams: TokenStreams | None = getattr(processor, STREAMS_ATTRIBUTE, None)
+        if streams is not None:
+            streams._fail(error)
+        propagate_error(processor, error)
+
+    OutputProcessor.process_outputs = mark(process_outputs_and_streams, TOKEN_STREAMS, process_outputs)
+    OutputProcessor.propagate_error = mark(propagate_error_to_streams, TOKEN_STREAMS, propagate_error)

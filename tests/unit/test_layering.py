@@ -53,7 +53,8 @@ def folder_edges(package: str) -> set[tuple[str, str]]:
     edges: set[tuple[str, str]] = set()
     for path in files.values():
         source = folder_of(path)
-        for module in imports_with_relative(path):
+        for imported in imports_with_relative(path):
+            module = imported
             while module and module not in files:
                 module = module.rpartition(".")[0]
             if not module:
