@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.serving.summary import Summary
-from benchmarks.serving.workload import logprobs_label
+from benchmarks.serving.measurement import Summary
+from benchmarks.serving.settings import logprobs_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
