@@ -11,8 +11,8 @@ still runs the benchmark and is told that no chart was written. Drawing uses the
 
 Redraw a chart from a saved document, from the repository root:
 
-    .venv/bin/python benchmarks/charts.py poc F.json [--out F.png] [--title T] [--anchor 1024x32=2197]
-    .venv/bin/python benchmarks/charts.py serving F.json [--out F.png]
+    .venv/bin/python benchmarks/serving/charts.py poc F.json [--out F.png] [--title T] [--anchor 1024x32=2197]
+    .venv/bin/python benchmarks/serving/charts.py serving F.json [--out F.png]
 """
 
 from __future__ import annotations
