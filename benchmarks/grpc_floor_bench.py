@@ -21,6 +21,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
+import psutil
 import uvloop
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -89,8 +90,9 @@ async def serve(port: int) -> None:
 
 
 def process_cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """utime + stime of the process (all its threads), as psutil reads them from /proc/<pid>/stat."""
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
 
 
 async def measure(pid: int, port: int, streams: int, steps: int, k: int) -> float:

@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc
 
-from benchmarks.serving.cpu_accounting import CLOCK_TICKS_PER_SECOND, process_cpu_ticks
+from benchmarks.serving.servers import CLOCK_TICKS_PER_SECOND, process_cpu_ticks
 from gonka.mlnode.client import AsyncInferenceClient, build_request
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc

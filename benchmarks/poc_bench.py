@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import grpc
 
-from benchmarks.charts import chart_beside, parse_anchor
+from benchmarks.serving.charts import chart_beside, parse_anchor
 from gonka.mlnode.client import AsyncInferenceClient, ServerError
 from gonka.mlnode.v1 import (
     poc_pb2,

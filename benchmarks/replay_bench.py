@@ -56,10 +56,14 @@ from typing import Any, TypeVar
 # installed package) and benchmarks.serving are found from the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.machine import machine_description
-from benchmarks.serving.progress import progress
-from benchmarks.serving.settings import DEFAULT_MODEL, ENGINE_ENV, ENGINE_FLAGS
+from benchmarks.serving.settings import (
+    DEFAULT_MODEL,
+    ENGINE_ENV,
+    ENGINE_FLAGS,
+    BenchmarkError,
+    machine_description,
+    progress,
+)
 from gonka.mlnode.client import AsyncInferenceClient, Generation, ServerError, build_request, inference_item
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import validation_pb2 as vpb

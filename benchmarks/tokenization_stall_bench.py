@@ -40,8 +40,7 @@ from pathlib import Path
 # installed package) and benchmarks.serving are found from the repository root.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks.serving.machine import machine_description
-from benchmarks.serving.progress import progress
+from benchmarks.serving.settings import machine_description, progress
 from gonka.mlnode.client import AsyncInferenceClient, ServerError, build_request
 from gonka.mlnode.v1 import inference_pb2 as pb
 from tests.support.server_process import engine_environment, start_server

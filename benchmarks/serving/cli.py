@@ -1,4 +1,13 @@
-"""The command line: flags, the run as a whole, the printed report and the optional JSON document."""
+"""The command line and the run as a whole: flags; per configuration kind, how it is started and which
+configurations (load clients) run on it; the schedule; the printed report and the optional JSON document.
+
+The schedule: per concurrency a warm-up round of each configuration, then --repeats cycles of measured rounds in an
+order rotated from cycle to cycle; the configurations started side by side (default) or one at a time. Why cycles
+side by side: this machine's speed drifts by 10-15% over minutes, so two configurations are compared within a
+cycle, where their rounds are minutes apart at most (see report's goals). One at a time (where two engines cannot
+share the accelerator): each configuration is started, measured at every concurrency and cycle, and stopped before
+the next starts; a cycle then pairs rounds further apart, and a configuration that fails leaves the others to run
+(one long run on a lent machine is not lost)."""
 
 from __future__ import annotations
 
@@ -9,24 +18,147 @@ import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+import traceback
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
-from benchmarks.charts import chart_beside
-from benchmarks.serving.engine_flags import engine_flags, reserved_flags_in
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.goals import all_goal_checks
-from benchmarks.serving.kinds import KINDS, NOT_INSTALLED, installed_kinds
-from benchmarks.serving.machine import machine_description
-from benchmarks.serving.progress import progress
-from benchmarks.serving.report import report
-from benchmarks.serving.schedule import Outcome, run
-from benchmarks.serving.settings import DEFAULT_MODEL, ENGINE_ENV, Settings
-from benchmarks.serving.summary import summarize
-from benchmarks.serving.workload import CHAT_MESSAGES, Workload, render_prompt, require_one_step_prefill
+from benchmarks.serving.charts import chart_beside
+from benchmarks.serving.drivers import Scenario, openai_scenarios, ours_scenarios, vllm_grpc_scenarios
+from benchmarks.serving.measurement import Configuration, Live, Outcome, streamed, summarize
+from benchmarks.serving.offline import LiveOffline, offline_configuration, running_offline
+from benchmarks.serving.report import all_goal_checks, format_progress, report
+from benchmarks.serving.servers import LiveServer, running_server, short_tail
+from benchmarks.serving.settings import (
+    CHAT_MESSAGES,
+    DEFAULT_MODEL,
+    ENGINE_ENV,
+    KINDS,
+    NOT_INSTALLED,
+    OFFLINE,
+    BenchmarkError,
+    Settings,
+    Workload,
+    engine_flags,
+    installed_kinds,
+    machine_description,
+    progress,
+    render_prompt,
+    require_one_step_prefill,
+    reserved_flags_in,
+)
+
+ScenarioBuilder = Callable[[AsyncExitStack, LiveServer, Workload], Awaitable[list[Scenario]]]
+SCENARIO_BUILDERS: MappingProxyType[str, ScenarioBuilder] = MappingProxyType(
+    {"ours": ours_scenarios, "openai": openai_scenarios, "vllm-grpc": vllm_grpc_scenarios}
+)
+
+
+@asynccontextmanager
+async def started(kind: str, settings: Settings) -> AsyncIterator[Live]:
+    """Loaded and ready. A server's startup blocks the event loop on purpose: nothing else runs then."""
+    if kind == OFFLINE:
+        async with running_offline(settings) as offline:
+            yield offline
+    else:
+        with running_server(kind, settings) as server:
+            yield server
+
+
+async def configurations(
+    clients: AsyncExitStack, live: Live, workload: Workload, settings: Settings
+) -> list[Configuration]:
+    """`clients` holds the load clients' connections, closed before their server stops."""
+    if isinstance(live, LiveOffline):
+        return [offline_configuration(live, workload)]
+    assert isinstance(live, LiveServer)
+    scenarios = await SCENARIO_BUILDERS[live.kind](clients, live, workload)
+    return [streamed(scenario, workload, settings.ttft_rounds) for scenario in scenarios]
+
+
+T = TypeVar("T")
+
+
+def rotated(items: Sequence[T], shift: int) -> list[T]:
+    """Each cycle starts one configuration later, so that none always runs first or last."""
+    shift %= len(items)
+    return [*items[shift:], *items[:shift]]
+
+
+@contextmanager
+def blamed_on(live: Live) -> Iterator[None]:
+    """A misbehaving configuration's error carries the end of its log."""
+    try:
+        yield
+    except BenchmarkError as error:
+        raise BenchmarkError(f"{error}\n--- last lines of {live.log_path} ---\n{short_tail(live.log_path)}") from None
+
+
+async def measure_all(
+    chosen: Sequence[Configuration], lives: Sequence[Live], settings: Settings, outcome: Outcome
+) -> None:
+    """Every concurrency's warm-ups and cycles of `chosen`; `lives` are all processes running meanwhile."""
+    for streams in settings.concurrencies:
+        for configuration in chosen:
+            with blamed_on(configuration.live):
+                await configuration.warm_up(streams)
+        for cycle in range(settings.repeats):
+            for configuration in rotated(chosen, cycle):
+                bystanders = [pid for live in lives if live is not configuration.live for pid in live.process_ids()]
+                with blamed_on(configuration.live):
+                    result = await configuration.measure(streams, cycle, bystanders)
+                progress(format_progress(result))
+                outcome.results.append(result)
+
+
+async def side_by_side(settings: Settings, workload: Workload, outcome: Outcome) -> None:
+    async with AsyncExitStack() as processes:
+        # Loaded one at a time, then kept running side by side.
+        lives = []
+        for kind in settings.kinds:
+            lives.append(await processes.enter_async_context(started(kind, settings)))
+            outcome.servers[kind] = lives[-1].info()
+        async with AsyncExitStack() as clients:
+            chosen = [c for live in lives for c in await configurations(clients, live, workload, settings)]
+            await measure_all(chosen, lives, settings, outcome)
+
+
+async def alone(kind: str, settings: Settings, workload: Workload, outcome: Outcome) -> None:
+    async with started(kind, settings) as live, AsyncExitStack() as clients:
+        outcome.servers[kind] = live.info()
+        await measure_all(await configurations(clients, live, workload, settings), [live], settings, outcome)
+
+
+async def recorded(what: str, attempt: Awaitable[None], outcome: Outcome) -> None:
+    """Any error, not only a misbehaving server's: the rounds measured before it are still reported."""
+    try:
+        await attempt
+    except BenchmarkError as error:
+        outcome.failures[what] = str(error)
+    except Exception:
+        outcome.failures[what] = traceback.format_exc()
+    else:
+        return
+    progress(f"FAILED: {what}: {outcome.failures[what]}")
+
+
+async def run(settings: Settings, workload: Workload, checkpoint: Callable[[Outcome], None]) -> Outcome:
+    """`checkpoint` gets the outcome so far after each configuration run alone, and at the end: a run
+    stopped from outside (a lent machine's time limit) keeps what it measured."""
+    outcome = Outcome()
+    if settings.one_at_a_time:
+        for kind in settings.kinds:
+            await recorded(kind, alone(kind, settings, workload, outcome), outcome)
+            checkpoint(outcome)
+    else:
+        await recorded(", ".join(settings.kinds), side_by_side(settings, workload, outcome), outcome)
+        checkpoint(outcome)
+    return outcome
+
 
 DESCRIPTION = (
     "Serving benchmark: this server against vLLM's OpenAI-compatible and gRPC servers and its offline LLM.generate."

@@ -1,25 +1,172 @@
-"""One round of one streamed configuration: its streams started together, checked, timed and
-CPU-accounted; and the round figures every configuration reports."""
+"""One measured round and what is made of it: the round's figures (RoundResult), a configuration as the schedule
+runs it (its process, warm-up and measured round: streamed ones here, the offline one in offline), one streamed
+round (streams started together, checked, timed and CPU-accounted), each configuration's figures over its cycles
+(medians; TTFT percentiles over every sample) and the run's outcome so far."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import median
+from typing import Any, Protocol
 
-from benchmarks.serving.configuration import Configuration
-from benchmarks.serving.cpu_accounting import CLOCK_TICKS_PER_SECOND, CpuSpent, CpuWindow
-from benchmarks.serving.errors import BenchmarkError
-from benchmarks.serving.round_result import RoundResult
-from benchmarks.serving.streams import Scenario, StreamResult
-from benchmarks.serving.summary import percentile
-from benchmarks.serving.workload import (
+from benchmarks.serving.drivers import Scenario, StreamResult
+from benchmarks.serving.servers import CLOCK_TICKS_PER_SECOND, CpuSpent, CpuWindow
+from benchmarks.serving.settings import (
     MEASURED_SEED_BASE,
     TTFT_ROUND_TOKENS,
     TTFT_SEED_BASE,
     WARMUP_SEED_BASE,
     WARMUP_TOKENS,
+    BenchmarkError,
     Workload,
 )
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    server: str
+    logprobs: bool
+    streams: int
+    cycle: int  # which measuring cycle, from 0
+    tokens: int
+    wall_seconds: float
+    tokens_per_second: float
+    # Over this round's streams and those of the TTFT rounds after it. None and no samples: the
+    # configuration has no first token to time (offline: one call returns every token at its end).
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    ttft_samples_ms: tuple[float, ...]
+    api_cpu_seconds: float
+    api_user_seconds: float
+    api_system_seconds: float
+    api_cpu_us_per_token: float
+    # /proc CPU times come in clock ticks: the per-token figure is only this exact.
+    api_cpu_resolution_us_per_token: float
+    # Every descendant of the serving process (engine core, and its workers with vLLM's multiprocess
+    # executor): on a GPU the worker busy-polls, so this follows wall time as much as work.
+    engine_cpu_us_per_token: float
+    # Every process of the servers standing by meanwhile: shows that they do not compete.
+    bystanders_cpu_us_per_token: float
+    load_generator_cpu_us_per_token: float
+    prompt_tokens: int
+
+
+class Live(Protocol):
+    """A started configuration's process (a server, or the offline engine's process)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def log_path(self) -> Path: ...
+
+    def process_ids(self) -> list[int]:
+        """It and all its descendants now: what a bystander figure counts."""
+        ...
+
+    def info(self) -> dict[str, Any]:
+        """For the JSON document: command, pids, vLLM's logged engine configuration."""
+        ...
+
+
+WarmUp = Callable[[int], Awaitable[None]]  # (streams)
+Measure = Callable[[int, int, Sequence[int]], Awaitable[RoundResult]]  # (streams, cycle, bystander pids)
+
+
+@dataclass(frozen=True)
+class Configuration:
+    label: str  # a server kind, ours with an option, or offline
+    logprobs: bool
+    live: Live
+    warm_up: WarmUp
+    measure: Measure
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def pooled_ttfts(rounds: Sequence[RoundResult]) -> list[float]:
+    return [ttft for r in rounds for ttft in r.ttft_samples_ms]
+
+
+@dataclass(frozen=True)
+class Summary:
+    """One configuration's figures: medians over its measured cycles."""
+
+    server: str
+    logprobs: bool
+    streams: int
+    cycles: int
+    tokens_per_second: float
+    # Over every stream of every cycle's measured and TTFT rounds together; None: no TTFT (offline).
+    ttft_p50_ms: float | None
+    ttft_p99_ms: float | None
+    ttft_samples: int
+    api_cpu_us_per_token: float
+    api_cpu_min_us_per_token: float
+    api_cpu_max_us_per_token: float
+    api_cpu_resolution_us_per_token: float
+    api_user_share: float | None  # of the API process's CPU; None when it spent none
+    wall_seconds: float
+    engine_cpu_us_per_token: float  # every descendant of the serving process
+    bystanders_cpu_us_per_token: float
+    load_generator_cpu_us_per_token: float
+
+
+def summarize(results: Sequence[RoundResult]) -> list[Summary]:
+    """Per configuration, in the order of first appearance."""
+    groups: dict[tuple[str, bool, int], list[RoundResult]] = {}
+    for result in results:
+        groups.setdefault((result.server, result.logprobs, result.streams), []).append(result)
+    summaries = []
+    for (server, logprobs, streams), rounds in groups.items():
+
+        def mid(name: str, rounds: list[RoundResult] = rounds) -> float:
+            return median(getattr(r, name) for r in rounds)
+
+        cpu = [r.api_cpu_us_per_token for r in rounds]
+        ttfts = pooled_ttfts(rounds)
+        api_seconds = sum(r.api_cpu_seconds for r in rounds)
+        summaries.append(
+            Summary(
+                server=server,
+                logprobs=logprobs,
+                streams=streams,
+                cycles=len(rounds),
+                tokens_per_second=mid("tokens_per_second"),
+                ttft_p50_ms=percentile(ttfts, 50) if ttfts else None,
+                ttft_p99_ms=percentile(ttfts, 99) if ttfts else None,
+                ttft_samples=len(ttfts),
+                api_cpu_us_per_token=median(cpu),
+                api_cpu_min_us_per_token=min(cpu),
+                api_cpu_max_us_per_token=max(cpu),
+                api_cpu_resolution_us_per_token=mid("api_cpu_resolution_us_per_token"),
+                api_user_share=sum(r.api_user_seconds for r in rounds) / api_seconds if api_seconds else None,
+                wall_seconds=mid("wall_seconds"),
+                engine_cpu_us_per_token=mid("engine_cpu_us_per_token"),
+                bystanders_cpu_us_per_token=mid("bystanders_cpu_us_per_token"),
+                load_generator_cpu_us_per_token=mid("load_generator_cpu_us_per_token"),
+            )
+        )
+    return summaries
+
+
+@dataclass
+class Outcome:
+    """What the run measured, filled in as it goes: a failure keeps what came before it."""
+
+    results: list[RoundResult] = field(default_factory=list)
+    servers: dict[str, Any] = field(default_factory=dict)  # kind -> its process's info()
+    failures: dict[str, str] = field(default_factory=dict)  # what failed -> the error
 
 
 async def run_streams(scenario: Scenario, streams: int, seed_base: int, tokens: int) -> list[StreamResult]:

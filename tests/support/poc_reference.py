@@ -83,7 +83,7 @@ class HfPocReference:
     ) -> np.ndarray:
         """The artifact of one nonce: float16 [k]. `reflect_layers=False` is the plain forward, a negative
         control: the tests use it to show their tolerance tells a forward without reflections apart. `reflection`:
-        the arithmetic of one reflection (benchmarks/reflection_order_bench.py compares rounding orders)."""
+        the arithmetic of one reflection (benchmarks/studies/reflection_order.py compares rounding orders)."""
         return self.vectors(
             block_hash, public_key, [nonce], seq_len, k, stronger_rng, reflect_layers, reflection, batch_size=1
         )[0]

@@ -1,4 +1,4 @@
-"""benchmarks/charts.py on the documents the benchmarks wrote (docs/benchmarks/: two H200 PoC runs, a serving run on
+"""benchmarks/serving/charts.py on the documents the benchmarks wrote (docs/benchmarks/: two H200 PoC runs, a serving run on
 this project's CPU): what each chart reads and draws, the PNG, the command line, and a host without matplotlib."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from matplotlib.patches import Rectangle
 from PIL import Image
 
-from benchmarks.charts import DPI, ChartError, chart_beside, draw_poc, draw_serving, poc_shapes, serving_lines
+from benchmarks.serving.charts import DPI, ChartError, chart_beside, draw_poc, draw_serving, poc_shapes, serving_lines
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DATA = REPO_ROOT / "docs" / "benchmarks"
@@ -118,7 +118,7 @@ def test_the_command_line_redraws_a_saved_document(tmp_path: Path) -> None:
     out = tmp_path / "poc.png"
     # Run as a script from elsewhere: it finds the repository's modules itself.
     done = run_python(
-        str(REPO_ROOT / "benchmarks" / "charts.py"),
+        str(REPO_ROOT / "benchmarks" / "serving" / "charts.py"),
         "poc",
         str(POC_8B),
         "--out",
@@ -129,9 +129,9 @@ def test_the_command_line_redraws_a_saved_document(tmp_path: Path) -> None:
     )
     assert (done.returncode, done.stdout.strip()) == (0, f"chart written to {out}"), done.stderr
     assert out.read_bytes().startswith(PNG_SIGNATURE)
-    refused = run_python("benchmarks/charts.py", "serving", str(POC_8B), "--out", str(tmp_path / "x.png"))
+    refused = run_python("benchmarks/serving/charts.py", "serving", str(POC_8B), "--out", str(tmp_path / "x.png"))
     assert refused.returncode == 1 and "not a serving benchmark result" in refused.stderr
-    bad_anchor = run_python("benchmarks/charts.py", "poc", str(POC_8B), "--anchor", "1024x32")
+    bad_anchor = run_python("benchmarks/serving/charts.py", "poc", str(POC_8B), "--anchor", "1024x32")
     assert bad_anchor.returncode == 2 and "SHAPE=NONCES_PER_MIN" in bad_anchor.stderr
 
 
@@ -141,7 +141,7 @@ def test_without_matplotlib_the_benchmark_is_told_that_no_chart_was_written(tmp_
     saved.write_text(POC_8B.read_text())
     script = (
         "import sys; from pathlib import Path; sys.modules['matplotlib'] = None; "
-        "from benchmarks.charts import chart_beside; "
+        "from benchmarks.serving.charts import chart_beside; "
         f"print(chart_beside('poc', Path({str(saved)!r})))"
     )
     done = run_python("-c", script)
@@ -150,7 +150,7 @@ def test_without_matplotlib_the_benchmark_is_told_that_no_chart_was_written(tmp_
     assert not (tmp_path / "poc.png").exists()
     command_line = (
         "import sys, runpy; sys.modules['matplotlib'] = None; "
-        f"sys.argv = ['charts.py', 'poc', {str(saved)!r}]; runpy.run_path('benchmarks/charts.py', run_name='__main__')"
+        f"sys.argv = ['charts.py', 'poc', {str(saved)!r}]; runpy.run_path('benchmarks/serving/charts.py', run_name='__main__')"
     )
     cli = run_python("-c", command_line)
     assert cli.returncode == 1 and "no chart written: matplotlib is not installed" in cli.stderr

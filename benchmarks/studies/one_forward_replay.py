@@ -38,7 +38,7 @@ agrees on every item, with the smallest margin that does on this data. Then the 
 speed-up (decode replay / one-forward). It asserts nothing about speed; it fails only when the server
 misbehaves. Usage, from the repository root:
 
-    .venv/bin/python benchmarks/one_forward_replay_study.py --json /tmp/one_forward.json
+    .venv/bin/python benchmarks/studies/one_forward_replay.py --json /tmp/one_forward.json
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from statistics import median
 from typing import Any, TypeVar
 
 # Run as a script, only benchmarks/ is on the path; tests/support and engine_ext live at the root.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine_ext.consensus import sequence_distance
 from engine_ext.consensus.inference_distance import Position

@@ -11,8 +11,8 @@ still runs the benchmark and is told that no chart was written. Drawing uses the
 
 Redraw a chart from a saved document, from the repository root:
 
-    .venv/bin/python benchmarks/charts.py poc F.json [--out F.png] [--title T] [--anchor 1024x32=2197]
-    .venv/bin/python benchmarks/charts.py serving F.json [--out F.png]
+    .venv/bin/python benchmarks/serving/charts.py poc F.json [--out F.png] [--title T] [--anchor 1024x32=2197]
+    .venv/bin/python benchmarks/serving/charts.py serving F.json [--out F.png]
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks.serving.summary import Summary
-from benchmarks.serving.workload import logprobs_label
+from benchmarks.serving.measurement import Summary
+from benchmarks.serving.settings import logprobs_label
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

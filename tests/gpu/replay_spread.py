@@ -9,7 +9,7 @@ EOS lies past its rows never needs it) and its replay, and a replay of unconstra
 grammar must turn itself off for that request, not fail), and a plain generation after it.
 
 Prints figures; asserts nothing (it stops on an RPC error). Usage on a GPU host (docs/gpu.md):
-    python3 benchmarks/replay_spread.py --model .build/models/deepseek-v4-tiny \\
+    python3 tests/gpu/replay_spread.py --model .build/models/deepseek-v4-tiny \\
         --server-flags="--kv-cache-dtype fp8 --max-model-len 4096"
 """
 

@@ -16,7 +16,7 @@ stated anywhere (neither the item's mode nor the request's logprobs.mode): the s
 - alike: records whose modes were indistinguishable (named by the padding count or the default);
 - how the mode was resolved (replay / stricter / padding / default) and the lowest similarity.
 
-Then the tampered records of the one-forward study (benchmarks/one_forward_replay_study.py, its default records
+Then the tampered records of the one-forward study (benchmarks/studies/one_forward_replay.py, its default records
 and its 100 scaled copies, threshold 0.94) are judged twice, with the mode stated as the study states it and with
 no mode stated: a tampered record that failed with its mode stated must still fail without it.
 
@@ -25,7 +25,7 @@ step: on a CPU each row's sampler works over the whole 152k vocabulary, in both 
 and asserts nothing; it exits 1 when a goal is missed. With --cache, the records and verdicts are kept in that file as they come and
 read back by the next run (a run whose engine died resumes where it stopped). Usage, from the repository root:
 
-    .venv/bin/python benchmarks/unstated_mode_bench.py [--records 50] [--cache /tmp/unstated_mode.items] [--json /tmp/unstated_mode.json]
+    .venv/bin/python benchmarks/studies/unstated_mode.py [--records 50] [--cache /tmp/unstated_mode.items] [--json /tmp/unstated_mode.json]
 """
 
 from __future__ import annotations
@@ -45,9 +45,9 @@ from pathlib import Path
 from typing import Any
 
 # Run as a script, only benchmarks/ is on the path; tests/support, engine_ext and the study live beside it.
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import benchmarks.one_forward_replay_study as study
+import benchmarks.studies.one_forward_replay as study
 from gonka.mlnode.client import AsyncInferenceClient, build_request, inference_item
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import validation_pb2 as vpb

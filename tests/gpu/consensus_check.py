@@ -1,6 +1,6 @@
 """GPU check of engine_ext.consensus (CI has no GPU): run on a CUDA machine from the repository root,
 
-    PYTHONPATH=. python benchmarks/consensus_gpu_check.py [--conformance DIR] [--json FILE]
+    PYTHONPATH=. python tests/gpu/consensus_check.py [--conformance DIR] [--json FILE]
 
 1. The conformance vectors (tests/data/conformance), computed on CUDA (every backend).
 2. CPU vs CUDA: identical integers (seeds, hashes, uniforms, pick indices); normals within 1 ulp
@@ -26,7 +26,7 @@ import torch
 import engine_ext.consensus as C
 from engine_ext.consensus.murmur import murmur3_32
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BH, PK = "00000a1b2c3d4e5f", "02f3c9e8a7b6d5c4b3a2"
 
 

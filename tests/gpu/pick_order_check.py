@@ -7,7 +7,7 @@ index under each nonce's pick seed, computed on the device) go through CUDA's un
 sizes, and every row is compared with the explicit order. Prints the rows that differ per hidden size and batch;
 asserts nothing (a check that prints). Usage, on a GPU host:
 
-    python3 benchmarks/pick_order_gpu_check.py --hidden 3072 4096 --batches 16 32 --nonces 10240
+    python3 tests/gpu/pick_order_check.py --hidden 3072 4096 --batches 16 32 --nonces 10240
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine_ext.consensus.head import pick_indices
 from engine_ext.consensus.murmur import murmur3_32, seeds_tensor

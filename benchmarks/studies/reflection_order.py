@@ -12,7 +12,7 @@ measurements, each the L2 between the artifacts of the two orders, beside the ch
   (a stand-in for the layers, the same in both orders), then the final RMS norm and the head: how the rounding
   difference accumulates at full size.
 
-    PYTHONPATH=.:clients/python .venv/bin/python benchmarks/reflection_order_bench.py --nonces 64
+    PYTHONPATH=.:clients/python .venv/bin/python benchmarks/studies/reflection_order.py --nonces 64
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from engine_ext.consensus import head_vectors, layer_vectors, reflect
 from server.embedded_model import DEFAULT_MODEL_DIR

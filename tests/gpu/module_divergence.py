@@ -8,7 +8,7 @@ and 7 ids twice (a step of at most 16 tokens: some kernels take a separate small
 top-5 logprobs, the prompt's logprobs.
 
 Prints figures; asserts nothing. On a GPU host, e.g. the DeepSeek-V4 tiny variant (docs/gpu.md):
-    python3 benchmarks/module_divergence.py --model .build/models/deepseek-v4-tiny --kv-cache-dtype fp8
+    python3 tests/gpu/module_divergence.py --model .build/models/deepseek-v4-tiny --kv-cache-dtype fp8
 A module output that holds values no layer computes (1e38, NaN) points at memory a kernel left unwritten.
 """
 

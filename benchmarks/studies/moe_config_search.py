@@ -17,9 +17,9 @@ vLLM's (ops.moe_sum) and the forward's Triton one on the same routed outputs. Wi
 same routed experts under a grid of tiles for the down projection alone (its block height stays vLLM's), vLLM's own
 config first. Usage, on a GPU host with vLLM installed (docs/gpu.md):
 
-    python3 benchmarks/moe_config_search.py --json moe-configs.json
-    python3 benchmarks/moe_config_search.py --fused-swiglu --json moe-swiglu.json
-    python3 benchmarks/moe_config_search.py --down-projection --json moe-down.json
+    python3 benchmarks/studies/moe_config_search.py --json moe-configs.json
+    python3 benchmarks/studies/moe_config_search.py --fused-swiglu --json moe-swiglu.json
+    python3 benchmarks/studies/moe_config_search.py --down-projection --json moe-down.json
 """
 
 from __future__ import annotations
