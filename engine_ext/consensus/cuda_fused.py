@@ -8,7 +8,7 @@ of torch; no extra dependency) and cached by torch for the process.
 Measured on an H200: a PoC batch (32 x 1024 x 4096, bf16) in 2.05 ms against 20.4 ms for the eager
 spec formulation; it is arithmetic-bound (writing the batch once takes 0.09 ms).
 
-Bit-exactness with the eager path on the same GPU (checked by benchmarks/consensus_gpu_check.py):
+Bit-exactness with the eager path on the same GPU (checked by tests/gpu/consensus_check.py):
 - the integer hash is exact uint32 arithmetic;
 - uint32 -> float32 rounds to nearest-even, like torch's int64 -> float32 conversion of the same value;
 - the float maths is the same sequence of IEEE float32 operations with the same CUDA math library

@@ -10,7 +10,7 @@ The arithmetic is the deployed plugin's, in its rounding order (poc-v2-models.md
 eager forward is bit-close to the fleet's: in the activation dtype, p = x * v, dot = sum(p) over the last
 dimension (accumulated in float32 by torch, rounded once), t = (2 * dot) * v, y = x - t, each rounded. The
 order this project used before (one matmul for the dot, one addcmul for the update) differs by ulps per layer:
-benchmarks/reflection_order_bench.py measures it (docs/poc.md).
+benchmarks/studies/reflection_order.py measures it (docs/poc.md).
 """
 
 from __future__ import annotations

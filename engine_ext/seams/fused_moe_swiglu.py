@@ -30,7 +30,7 @@ from engine_ext.seams.expert_kernels import GateUpTile, gate_up_swiglu, topk_sum
 from engine_ext.seams.shadowing import shadowed_method
 
 KERNEL_DTYPES = (torch.bfloat16, torch.float16)
-# Chosen on the H200 at the PoC's 32,768 tokens (benchmarks/moe_config_search.py --fused-swiglu): within 0.5 % of
+# Chosen on the H200 at the PoC's 32,768 tokens (benchmarks/studies/moe_config_search.py --fused-swiglu): within 0.5 % of
 # the fastest of 144 tiles. The down projection keeps vLLM's config, which was within 0.3 % of the fastest of 69
 # tiles for it alone (--down-projection).
 DEFAULT_TILE = GateUpTile()
