@@ -40,8 +40,10 @@ class Flag:
         return self.name.lstrip("-").replace("-", "_")
 
     def add_to(self, group: argparse._ArgumentGroup) -> None:
+        # str: argparse's own reading of a flag without a `type`.
+        parse = self.parse or str
         group.add_argument(
-            self.name, type=self.parse, default=self.default, metavar=self.metavar, choices=self.choices, help=self.help
+            self.name, type=parse, default=self.default, metavar=self.metavar, choices=self.choices, help=self.help
         )
 
     def field_value(self, namespace: argparse.Namespace) -> Any:
@@ -58,13 +60,13 @@ def flag(
     metavar: str | None = None,
     choices: Sequence[str] | None = None,
     to_field: Callable[[Any], Any] | None = None,
-    required: bool = False,
+    field_required: bool = False,
 ) -> Any:
     """A dataclass field read from the flag `name`. The field's default is the flag's (converted by `to_field`),
-    unless `required`: a field that must be given though its flag may be left out (a port whose flag turns a
+    unless `field_required`: a field that must be given though its flag may be left out (a port whose flag turns a
     listener on)."""
     read = Flag(name, help, default, parse, metavar, choices, to_field)
-    if required:
+    if field_required:
         return dataclasses.field(metadata={_FLAG: read})
     field_default = default if to_field is None else to_field(default)
     return dataclasses.field(default=field_default, metadata={_FLAG: read})

@@ -45,7 +45,7 @@ class HttpOptions:
         metavar="PORT",
         help="serve the management API (/api/v1/state, stop, inference/up, health, ...) over plain HTTP on the "
         "server's --host at this port, beside the gRPC server and on the same engine (default: no HTTP API)",
-        required=True,
+        field_required=True,
     )
     mlnode_version: str = flag(
         "--mlnode-version",
@@ -102,7 +102,7 @@ class InferencePortOptions:
         help="serve the OpenAI-style inference API (/v1/chat/completions, /v1/completions, /v1/models, /tokenize, "
         "/health) over plain HTTP on the server's --host at this port, on the same engine and PoC gate as the gRPC "
         "InferenceService (default: none; the management port serves /v1/* too)",
-        required=True,
+        field_required=True,
     )
 
     @property

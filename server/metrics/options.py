@@ -29,7 +29,7 @@ class MetricsOptions:
         "--metrics-host",
         metavar="HOST",
         help="address the metrics endpoint listens on, with --metrics-port (default: the server's --host)",
-        required=True,
+        field_required=True,
     )
     port: int = flag(
         "--metrics-port",
@@ -37,7 +37,7 @@ class MetricsOptions:
         metavar="PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics: vLLM's engine metrics, per-RPC metrics and PoC "
         "rounds (default: no metrics endpoint)",
-        required=True,
+        field_required=True,
     )
 
     @property

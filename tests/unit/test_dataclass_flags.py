@@ -14,7 +14,7 @@ from server.options import ServerOptions, parse_server_flags
 
 @dataclass(frozen=True)
 class Listener:
-    port: int = flag("--listen-port", parse=positive(int), help="port", required=True)
+    port: int = flag("--listen-port", parse=positive(int), help="port", field_required=True)
     size_bytes: int = flag("--size-kib", parse=positive(int), default=2, to_field=lambda kib: kib * 1024, help="size")
     name: str = flag("--name", default="x", choices=("x", "y"), help="name (default: %(default)s)")
 
