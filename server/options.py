@@ -7,12 +7,11 @@ port before vLLM is imported, which alone takes about 10 seconds.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 from engine_ext.hang_watch import DEFAULT_FROZEN_CHECKS, DEFAULT_HANG_GRACE_SECONDS
+from server.core.dataclass_flags import add_flags, flag, flags_of, non_negative, options_from, positive
 from server.core.net_address import listen_address
 from server.http.options import (
     HttpOptions,
@@ -22,7 +21,7 @@ from server.http.options import (
     inference_port_options_from,
 )
 from server.metrics.options import MetricsOptions, add_metrics_arguments, metrics_options_from
-from server.poc.batches.options import PocOptions, add_poc_arguments, default_callback_store, poc_options_from
+from server.poc.batches.options import PocOptions, add_poc_arguments, default_callback_store
 
 SERVER_GROUP = "server"
 DEFAULT_HOST = "127.0.0.1"
@@ -48,42 +47,163 @@ AUTO_INSTANCES = "auto"
 # The environment variable that may hold the control RPCs' bearer token (server and clients alike).
 AUTH_TOKEN_ENV = "MLNODE_AUTH_TOKEN"
 
-N = TypeVar("N", int, float)
+
+def _instance_count(text: str) -> int | None:
+    if text == AUTO_INSTANCES:
+        return None
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a positive number or {AUTO_INSTANCES!r}, got {text!r}") from None
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive number or {AUTO_INSTANCES!r}, got {text!r}")
+    return count
+
+
+def _mib_to_bytes(mib: int) -> int:
+    return mib * MIB
 
 
 @dataclass(frozen=True)
 class ServerOptions:
-    host: str
-    port: int
+    """The server's options; each field's flag is declared on it, in the order `--help=server` lists them."""
+
+    host: str = flag("--host", default=DEFAULT_HOST, help="address to listen on (default: %(default)s)")
+    port: int = flag("--port", parse=int, default=DEFAULT_PORT, help="port to listen on (default: %(default)s)")
     # In-flight streams get this long to finish after SIGTERM/SIGINT before they are aborted.
-    shutdown_grace_seconds: float
+    shutdown_grace_seconds: float = flag(
+        "--shutdown-grace",
+        parse=float,
+        default=DEFAULT_SHUTDOWN_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="on SIGTERM/SIGINT, how long in-flight streams may run before they are aborted (default: %(default)s)",
+    )
     # gRPC's maximum receive message size.
-    max_request_bytes: int
+    max_request_bytes: int = flag(
+        "--max-request-mb",
+        parse=positive(int),
+        default=DEFAULT_MAX_REQUEST_MIB,
+        to_field=_mib_to_bytes,
+        metavar="MIB",
+        help="largest request message accepted, in MiB; larger ones get RESOURCE_EXHAUSTED (default: %(default)s)",
+    )
     # None: resolved from the model's context once the model is known.
-    max_prompt_chars: int | None
+    max_prompt_chars: int | None = flag(
+        "--max-prompt-chars",
+        parse=positive(int),
+        metavar="CHARS",
+        help="longest text prompt accepted, in characters (default: %(default)s, which is 16 characters per token "
+        "of the model's context)",
+    )
     # An RPC waits this long on a call into the engine (status, reports) before DEADLINE_EXCEEDED.
-    engine_call_timeout_seconds: float
+    engine_call_timeout_seconds: float = flag(
+        "--engine-call-timeout",
+        parse=positive(float),
+        default=DEFAULT_ENGINE_CALL_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="how long an RPC waits on a call into the engine (status, reports) before DEADLINE_EXCEEDED, in seconds "
+        "(default: %(default)s)",
+    )
     # A call into the engine unanswered after this long turns health NOT_SERVING.
-    engine_stuck_seconds: float
+    engine_stuck_seconds: float = flag(
+        "--engine-stuck-after",
+        parse=positive(float),
+        default=DEFAULT_ENGINE_STUCK_SECONDS,
+        metavar="SECONDS",
+        help="a call into the engine still unanswered after this many seconds turns health NOT_SERVING; a PoC batch "
+        "(engine work, whose first run at a shape may compile kernels) is waited on this long (default: %(default)s)",
+    )
     # No step progress this long while requests wait (DEFAULT_FROZEN_CHECKS checks in a row) does too.
-    engine_hang_grace_seconds: float = DEFAULT_HANG_GRACE_SECONDS
+    engine_hang_grace_seconds: float = flag(
+        "--engine-hang-grace",
+        parse=positive(float),
+        default=DEFAULT_HANG_GRACE_SECONDS,
+        metavar="SECONDS",
+        help="an engine that makes no step progress for this many seconds while requests wait on it (checked "
+        f"twice a second, {DEFAULT_FROZEN_CHECKS} such checks in a row) turns health NOT_SERVING and /livez 503 "
+        "until it steps again; the deployed node's MLNODE_HANG_GRACE_SEC (default: %(default)s)",
+    )
     # For requests that state no logprobs mode: "processed" or "raw".
-    default_logprobs_mode: str = DEFAULT_LOGPROBS_MODE
-    # PEM files (server.credentials reads them). A client CA makes client certificates required.
-    tls_cert_file: str | None = None
-    tls_key_file: str | None = None
-    tls_client_ca_file: str | None = None
-    # The control RPCs' bearer token is read from this file (or AUTH_TOKEN_ENV), never from a flag.
-    auth_token_file: str | None = None
-    # Inference streams (Generate, ValidateInference) served at once; 0: no bound.
-    max_concurrent_streams: int = DEFAULT_MAX_CONCURRENT_STREAMS
-    keepalive_time_seconds: float = DEFAULT_KEEPALIVE_TIME_SECONDS
-    keepalive_timeout_seconds: float = DEFAULT_KEEPALIVE_TIMEOUT_SECONDS
-    keepalive_min_ping_interval_seconds: float = DEFAULT_KEEPALIVE_MIN_PING_INTERVAL_SECONDS
+    default_logprobs_mode: str = flag(
+        "--default-logprobs-mode",
+        choices=LOGPROBS_MODES,
+        default=DEFAULT_LOGPROBS_MODE,
+        help="how logprobs are computed for requests that state no mode: processed (after penalties, temperature "
+        "and top-k/top-p, as the network reports them) or raw (the model's own distribution) (default: %(default)s)",
+    )
     # Engine instances (nonce groups) under this server; None: as many as the visible accelerators hold.
-    instances: int | None = 1
+    instances: int | None = flag(
+        "--instances",
+        parse=_instance_count,
+        default=1,
+        metavar="N|auto",
+        help="engine instances under this one server, each on its own slice of the host's devices (GPUs i*g..i*g+g-1 "
+        "of those visible, g = tensor x pipeline parallel size; on a CPU, its own cores) and each one nonce group of "
+        "the node's PoC rounds; inference goes to the least-loaded instance. auto: visible accelerators / (tensor x "
+        "pipeline parallel size), 1 on a CPU (default: %(default)s)",
+    )
     # The server exits with code 1 once fewer instances than this have a living engine.
-    min_instances: int = 1
+    min_instances: int = flag(
+        "--min-instances",
+        parse=positive(int),
+        default=1,
+        metavar="N",
+        help="the server exits with code 1 once fewer instances than this have a living engine (a dead instance is "
+        "not restarted: its health name and GetServerStatus report it) (default: %(default)s)",
+    )
+    # PEM files (server.credentials reads them). A client CA makes client certificates required.
+    tls_cert_file: str | None = flag(
+        "--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (needs --tls-key)"
+    )
+    tls_key_file: str | None = flag(
+        "--tls-key", metavar="PEM", help="the TLS certificate's private key (needs --tls-cert)"
+    )
+    tls_client_ca_file: str | None = flag(
+        "--tls-client-ca",
+        metavar="PEM",
+        help="require client certificates signed by these CAs (mutual TLS; needs --tls-cert and --tls-key)",
+    )
+    # The control RPCs' bearer token is read from this file (or AUTH_TOKEN_ENV), never from a flag
+    # (--auth-token is refused: add_server_arguments).
+    auth_token_file: str | None = flag(
+        "--auth-token-file",
+        metavar="PATH",
+        help="require `authorization: Bearer <token>` on the control RPCs (Abort, GetServerStatus with engine "
+        "processes, ValidationService, PocService), the token being this file's content; or set "
+        f"{AUTH_TOKEN_ENV}. A token on the command line is refused: every user of the machine can read it",
+    )
+    # Inference streams (Generate, ValidateInference) served at once; 0: no bound.
+    max_concurrent_streams: int = flag(
+        "--max-concurrent-streams",
+        parse=non_negative(int),
+        default=DEFAULT_MAX_CONCURRENT_STREAMS,
+        metavar="N",
+        help="inference streams (Generate, ValidateInference) served at once; more get RESOURCE_EXHAUSTED "
+        "(TOO_MANY_STREAMS) before the engine sees them; 0: no bound (default: %(default)s)",
+    )
+    keepalive_time_seconds: float = flag(
+        "--keepalive-time",
+        parse=positive(float),
+        default=DEFAULT_KEEPALIVE_TIME_SECONDS,
+        metavar="SECONDS",
+        help="the server pings each connection this often to detect dead peers, quiet streams included "
+        "(default: %(default)s)",
+    )
+    keepalive_timeout_seconds: float = flag(
+        "--keepalive-timeout",
+        parse=positive(float),
+        default=DEFAULT_KEEPALIVE_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="a connection whose ping goes unanswered this long is closed (default: %(default)s)",
+    )
+    keepalive_min_ping_interval_seconds: float = flag(
+        "--keepalive-min-ping-interval",
+        parse=positive(float),
+        default=DEFAULT_KEEPALIVE_MIN_PING_INTERVAL_SECONDS,
+        metavar="SECONDS",
+        help="clients may ping at most this often while the server sends nothing; a client that pings more often "
+        "gets GOAWAY (too_many_pings) (default: %(default)s)",
+    )
     poc: PocOptions = PocOptions()
     # None: no metrics endpoint (--metrics-port not given); nothing recorded unless --http-port serves them.
     metrics: MetricsOptions | None = None
@@ -109,27 +229,10 @@ class ServerOptions:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> ServerOptions:
-        return cls(
-            host=args.host,
-            port=args.port,
-            shutdown_grace_seconds=args.shutdown_grace,
-            max_request_bytes=args.max_request_mb * MIB,
-            max_prompt_chars=args.max_prompt_chars,
-            engine_call_timeout_seconds=args.engine_call_timeout,
-            engine_stuck_seconds=args.engine_stuck_after,
-            engine_hang_grace_seconds=args.engine_hang_grace,
-            default_logprobs_mode=args.default_logprobs_mode,
-            tls_cert_file=args.tls_cert,
-            tls_key_file=args.tls_key,
-            tls_client_ca_file=args.tls_client_ca,
-            auth_token_file=args.auth_token_file,
-            max_concurrent_streams=args.max_concurrent_streams,
-            keepalive_time_seconds=args.keepalive_time,
-            keepalive_timeout_seconds=args.keepalive_timeout,
-            keepalive_min_ping_interval_seconds=args.keepalive_min_ping_interval,
-            instances=args.instances,
-            min_instances=args.min_instances,
-            poc=poc_options_from(args),
+        return options_from(
+            cls,
+            args,
+            poc=options_from(PocOptions, args),
             metrics=metrics_options_from(args),
             http=http_options_from(args),
             inference=inference_port_options_from(args),
@@ -138,155 +241,13 @@ class ServerOptions:
 
 def add_server_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(SERVER_GROUP, "The gRPC server (all other flags are vLLM's engine arguments)")
-    group.add_argument("--host", default=DEFAULT_HOST, help="address to listen on (default: %(default)s)")
-    group.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to listen on (default: %(default)s)")
-    group.add_argument(
-        "--shutdown-grace",
-        type=float,
-        default=DEFAULT_SHUTDOWN_GRACE_SECONDS,
-        metavar="SECONDS",
-        help="on SIGTERM/SIGINT, how long in-flight streams may run before they are aborted (default: %(default)s)",
-    )
-    group.add_argument(
-        "--max-request-mb",
-        type=_positive(int),
-        default=DEFAULT_MAX_REQUEST_MIB,
-        metavar="MIB",
-        help="largest request message accepted, in MiB; larger ones get RESOURCE_EXHAUSTED (default: %(default)s)",
-    )
-    group.add_argument(
-        "--max-prompt-chars",
-        type=_positive(int),
-        default=None,
-        metavar="CHARS",
-        help="longest text prompt accepted, in characters (default: %(default)s, which is 16 characters per token "
-        "of the model's context)",
-    )
-    group.add_argument(
-        "--engine-call-timeout",
-        type=_positive(float),
-        default=DEFAULT_ENGINE_CALL_TIMEOUT_SECONDS,
-        metavar="SECONDS",
-        help="how long an RPC waits on a call into the engine (status, reports) before DEADLINE_EXCEEDED, in seconds "
-        "(default: %(default)s)",
-    )
-    group.add_argument(
-        "--engine-stuck-after",
-        type=_positive(float),
-        default=DEFAULT_ENGINE_STUCK_SECONDS,
-        metavar="SECONDS",
-        help="a call into the engine still unanswered after this many seconds turns health NOT_SERVING; a PoC batch "
-        "(engine work, whose first run at a shape may compile kernels) is waited on this long (default: %(default)s)",
-    )
-    group.add_argument(
-        "--engine-hang-grace",
-        type=_positive(float),
-        default=DEFAULT_HANG_GRACE_SECONDS,
-        metavar="SECONDS",
-        help="an engine that makes no step progress for this many seconds while requests wait on it (checked "
-        f"twice a second, {DEFAULT_FROZEN_CHECKS} such checks in a row) turns health NOT_SERVING and /livez 503 "
-        "until it steps again; the deployed node's MLNODE_HANG_GRACE_SEC (default: %(default)s)",
-    )
-    group.add_argument(
-        "--default-logprobs-mode",
-        choices=LOGPROBS_MODES,
-        default=DEFAULT_LOGPROBS_MODE,
-        help="how logprobs are computed for requests that state no mode: processed (after penalties, temperature "
-        "and top-k/top-p, as the network reports them) or raw (the model's own distribution) (default: %(default)s)",
-    )
-    _add_instance_arguments(group)
-    _add_security_arguments(group)
-    _add_limit_arguments(group)
-    add_poc_arguments(parser)
-    add_metrics_arguments(parser)
-    add_http_arguments(parser)
-
-
-def _add_instance_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--instances",
-        type=_instance_count,
-        default=1,
-        metavar="N|auto",
-        help="engine instances under this one server, each on its own slice of the host's devices (GPUs i*g..i*g+g-1 "
-        "of those visible, g = tensor x pipeline parallel size; on a CPU, its own cores) and each one nonce group of "
-        "the node's PoC rounds; inference goes to the least-loaded instance. auto: visible accelerators / (tensor x "
-        "pipeline parallel size), 1 on a CPU (default: %(default)s)",
-    )
-    group.add_argument(
-        "--min-instances",
-        type=_positive(int),
-        default=1,
-        metavar="N",
-        help="the server exits with code 1 once fewer instances than this have a living engine (a dead instance is "
-        "not restarted: its health name and GetServerStatus report it) (default: %(default)s)",
-    )
-
-
-def _instance_count(text: str) -> int | None:
-    if text == AUTO_INSTANCES:
-        return None
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive number or {AUTO_INSTANCES!r}, got {text!r}") from None
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive number or {AUTO_INSTANCES!r}, got {text!r}")
-    return count
-
-
-def _add_security_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain (needs --tls-key)")
-    group.add_argument("--tls-key", metavar="PEM", help="the TLS certificate's private key (needs --tls-cert)")
-    group.add_argument(
-        "--tls-client-ca",
-        metavar="PEM",
-        help="require client certificates signed by these CAs (mutual TLS; needs --tls-cert and --tls-key)",
-    )
-    group.add_argument(
-        "--auth-token-file",
-        metavar="PATH",
-        help="require `authorization: Bearer <token>` on the control RPCs (Abort, GetServerStatus with engine "
-        "processes, ValidationService, PocService), the token being this file's content; or set "
-        f"{AUTH_TOKEN_ENV}. A token on the command line is refused: every user of the machine can read it",
-    )
+    add_flags(group, flags_of(ServerOptions).values())
     # Refused, not merely absent: an unknown flag would reach vLLM's parser, whose error message
     # would print the secret beside it.
     group.add_argument("--auth-token", action=_RefusedSecretFlag)
-
-
-def _add_limit_arguments(group: argparse._ArgumentGroup) -> None:
-    group.add_argument(
-        "--max-concurrent-streams",
-        type=_non_negative(int),
-        default=DEFAULT_MAX_CONCURRENT_STREAMS,
-        metavar="N",
-        help="inference streams (Generate, ValidateInference) served at once; more get RESOURCE_EXHAUSTED "
-        "(TOO_MANY_STREAMS) before the engine sees them; 0: no bound (default: %(default)s)",
-    )
-    group.add_argument(
-        "--keepalive-time",
-        type=_positive(float),
-        default=DEFAULT_KEEPALIVE_TIME_SECONDS,
-        metavar="SECONDS",
-        help="the server pings each connection this often to detect dead peers, quiet streams included "
-        "(default: %(default)s)",
-    )
-    group.add_argument(
-        "--keepalive-timeout",
-        type=_positive(float),
-        default=DEFAULT_KEEPALIVE_TIMEOUT_SECONDS,
-        metavar="SECONDS",
-        help="a connection whose ping goes unanswered this long is closed (default: %(default)s)",
-    )
-    group.add_argument(
-        "--keepalive-min-ping-interval",
-        type=_positive(float),
-        default=DEFAULT_KEEPALIVE_MIN_PING_INTERVAL_SECONDS,
-        metavar="SECONDS",
-        help="clients may ping at most this often while the server sends nothing; a client that pings more often "
-        "gets GOAWAY (too_many_pings) (default: %(default)s)",
-    )
+    add_poc_arguments(parser)
+    add_metrics_arguments(parser)
+    add_http_arguments(parser)
 
 
 class _RefusedSecretFlag(argparse.Action):
@@ -324,26 +285,3 @@ def server_help(prog: str) -> str:
     parser = argparse.ArgumentParser(prog=prog, usage=argparse.SUPPRESS, add_help=False)
     add_server_arguments(parser)
     return parser.format_help()
-
-
-def _non_negative(number: Callable[[str], N]) -> Callable[[str], N]:
-    def parse(text: str) -> N:
-        value = number(text)
-        if not value >= 0:
-            raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
-        return value
-
-    parse.__name__ = number.__name__
-    return parse
-
-
-def _positive(number: Callable[[str], N]) -> Callable[[str], N]:
-    def parse(text: str) -> N:
-        value = number(text)
-        if not value > 0:  # also refuses NaN
-            raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-        return value
-
-    # argparse names the type in its message for a value `number` cannot read ("invalid int value").
-    parse.__name__ = number.__name__
-    return parse
