@@ -9,7 +9,7 @@ from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import validation_pb2 as vpb
 
 # An item that states no mode leaves it to the validator.
-MODES = {None: pb.LOGPROBS_MODE_UNSPECIFIED, **LOGPROBS_MODES}
+MODES: dict[str | None, pb.LogprobsMode] = dict([(None, pb.LOGPROBS_MODE_UNSPECIFIED), *LOGPROBS_MODES.items()])
 
 
 def inference_item(
