@@ -387,7 +387,7 @@ def speculation_refusal(request: GenerationRequest, mode: LogprobsMode) -> Reque
         return RequestRejected("replays (enforced tokens) are not served while speculative decoding is on", "request")
     if request.top_logprobs is not None and mode != LogprobsMode.PROCESSED:
         return RequestRejected(
-            f"{mode.value} are not served while speculative decoding is on: only processed_logprobs are",
+            f"{mode.value} are not served while speculative decoding is on: only {LogprobsMode.PROCESSED.value} are",
             "logprobs_mode",
         )
     return None

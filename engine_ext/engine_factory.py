@@ -121,7 +121,7 @@ def create_engine(
     # Each request's own mode is set per batch by a sampler seam; the engine-wide one only decides
     # which top-k/top-p kernel vLLM binds, and processed keeps it off FlashInfer's, which has no
     # processed logprobs.
-    engine_args.logprobs_mode = "processed_logprobs"
+    engine_args.logprobs_mode = LogprobsMode.PROCESSED.value
     # Read by vLLM while it configures the engine, and inherited by the engine processes it starts.
     os.environ.update(settings.environment)
     with overlaid_environment(device_slice.environment):

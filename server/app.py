@@ -74,7 +74,6 @@ MAX_SEND_MESSAGE_BYTES = 64 * 1024 * 1024
 # The default prompt bound: generous for any text that fits the context (English runs at about
 # 4 characters per token), while keeping the tokenization of a refused prompt short.
 DEFAULT_PROMPT_CHARS_PER_TOKEN = 16
-LOGPROBS_MODES = {"processed": LogprobsMode.PROCESSED, "raw": LogprobsMode.RAW}
 # gRPC's default: the third ping that comes too early ends the connection.
 MAX_PING_STRIKES = 2
 
@@ -181,7 +180,8 @@ def _start_engine(options: ServerOptions, engine_args: EngineSettings, device_sl
     return create_engine(
         engine_args,
         calls,
-        LOGPROBS_MODES[options.default_logprobs_mode],
+        # The flag names the members, lower-cased (options.LOGPROBS_MODES).
+        LogprobsMode[options.default_logprobs_mode.upper()],
         request_metrics,
         options.poc.compiled_forward,
         options.poc.enabled,

@@ -31,6 +31,7 @@ DEFAULT_MAX_REQUEST_MIB = 16
 DEFAULT_ENGINE_CALL_TIMEOUT_SECONDS = 30.0
 DEFAULT_ENGINE_STUCK_SECONDS = 120.0
 # The network's executors report processed logprobs (inference-validation.md 2).
+# engine_ext.consensus.logprobs_mode.LogprobsMode's members, lower-cased (that package loads torch: parsing stays light).
 LOGPROBS_MODES = ("processed", "raw")
 DEFAULT_LOGPROBS_MODE = "processed"
 MIB = 1024 * 1024

@@ -69,7 +69,7 @@ from .seeds import (
     seed_of,
     stronger_sub_seeds,
 )
-from .topk_list import MASKED_LOGPROB, build_topk_list, reported_logprob
+from .topk_list import MASKED_LOGPROB, build_topk_list, floored_logprob, reported_logprob
 
 __all__ = [
     "DEFAULT_K",
@@ -97,6 +97,7 @@ __all__ = [
     "encode_vectors",
     "encoding_metadata",
     "fill_normal_rows",
+    "floored_logprob",
     "fraud_test",
     "generate_inputs",
     "head_outcomes",

@@ -13,12 +13,19 @@ from collections.abc import Sequence
 
 from ._validate import require_int, require_int_at_least
 
+# -inf is not JSON: the network reports a masked token's logprob as this (the only place it is named).
 MASKED_LOGPROB = -9999.0
 
 
 def reported_logprob(logprob: float) -> float:
-    """The value put on the wire: -inf (a masked token) becomes -9999.0."""
+    """The value the chain's lists and the gRPC responses carry: -inf (a masked token) becomes -9999.0."""
     return MASKED_LOGPROB if math.isinf(logprob) and logprob < 0 else float(logprob)
+
+
+def floored_logprob(logprob: float) -> float:
+    """The value vLLM's OpenAI server (and so the HTTP API) reports: anything below -9999.0 becomes -9999.0,
+    -inf and also a finite logprob a low temperature pushed below it, which reported_logprob keeps."""
+    return max(logprob, MASKED_LOGPROB)
 
 
 def build_topk_list(

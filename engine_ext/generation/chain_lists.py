@@ -7,7 +7,7 @@ from engine_ext.generation.outputs import LogprobColumns
 
 
 def chain_top_lists(token_ids: list[int], columns: LogprobColumns, k: int) -> list[list[tuple[int, float]]]:
-    """Per position: the sampled token first, then the model's best others, k entries, -inf as -9999."""
+    """Per position: the sampled token first, then the model's best others, k entries, -inf as -9999 (consensus.topk_list.MASKED_LOGPROB)."""
     lists = []
     for position, token in enumerate(token_ids):
         start = position * k

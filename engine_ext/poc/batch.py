@@ -1,13 +1,17 @@
-"""One PoC batch as it crosses process boundaries (msgpack: plain dicts, lists, bytes, numbers)."""
+"""One PoC batch and its result as they cross process boundaries: typed structs (msgspec, as vLLM's own IPC uses),
+put on vLLM's utility and worker RPCs, whose msgpack carries plain dicts, lists, bytes and numbers, by to_wire and
+read back, checked against their fields, by from_wire."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+import msgspec
+
+_Wired = TypeVar("_Wired", bound=msgspec.Struct)
 
 
-@dataclass(frozen=True)
-class PocBatch:
+class PocBatch(msgspec.Struct, frozen=True):
     block_hash: str
     public_key: str
     nonces: tuple[int, ...]
@@ -21,14 +25,11 @@ class PocBatch:
     withdrawn_if_exists: str = ""
 
     def to_wire(self) -> dict[str, Any]:
-        wire = asdict(self)
-        wire["nonces"] = list(self.nonces)
-        wire["next_nonces"] = list(self.next_nonces)
-        return wire
+        return to_wire(self)
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> PocBatch:
-        return cls(**{**wire, "nonces": tuple(wire["nonces"]), "next_nonces": tuple(wire["next_nonces"])})
+        return from_wire(wire, cls)
 
     def inputs_key(self) -> tuple[Any, ...]:
         """What a batch's inputs and head plan depend on (its prefetch identity)."""
@@ -42,14 +43,13 @@ BATCH_INSUFFICIENT_BLOCKS = "insufficient_blocks"
 BATCH_WITHDRAWN = "withdrawn"
 
 
-@dataclass
-class PocBatchResult:
+class PocBatchResult(msgspec.Struct):
     status: str
     # len(nonces) * k_dim float16, little-endian, row-major (empty unless status is ok); a row whose outcome is not
     # COMPUTED is zeros and no artifact.
     vectors: bytes = b""
     # Per nonce, its engine_ext.consensus.HeadOutcome (empty unless status is ok).
-    outcomes: list[int] = field(default_factory=list)
+    outcomes: list[int] = msgspec.field(default_factory=list)
     # Seconds, measured in the worker: the model forward, with the head's arithmetic launched behind it;
     # generating inputs this batch had to wait for (zero when the previous call prefetched them); what is
     # left of the head after the forward (the finiteness check, reading the vectors back).
@@ -63,11 +63,22 @@ class PocBatchResult:
     # Graphs the compiled PoC forward has compiled in the worker so far, and the seconds inductor took for them.
     compiled_graphs: int = 0
     compile_seconds: float = 0.0
-    detail: str = field(default="")
+    detail: str = ""
 
     def to_wire(self) -> dict[str, Any]:
-        return asdict(self)
+        return to_wire(self)
 
     @classmethod
     def from_wire(cls, wire: dict[str, Any]) -> PocBatchResult:
-        return cls(**wire)
+        return from_wire(wire, cls)
+
+
+def to_wire(struct: msgspec.Struct) -> dict[str, Any]:
+    """`struct` as the RPC's msgpack carries it: its fields in order, bytes kept as bytes (tuples go as arrays)."""
+    wire: dict[str, Any] = msgspec.to_builtins(struct, builtin_types=(bytes,))
+    return wire
+
+
+def from_wire(wire: dict[str, Any], kind: type[_Wired]) -> _Wired:
+    """The struct `wire` carries; msgspec.ValidationError names a field of the wrong type."""
+    return msgspec.convert(wire, kind)

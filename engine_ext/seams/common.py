@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from engine_ext.consensus.logprobs_mode import LogprobsMode
+
 SEAM_MARK = "__gonka_mlnode_seam__"
 CPU_SEEDED_MIXED_BATCH = "cpu_seeded_rows_in_mixed_batches"
 CPU_SEEDED_CHUNKED_PREFILL = "cpu_seeded_chunked_prefill"
@@ -18,8 +20,6 @@ CPU_RUNNER_SHUTDOWN = "cpu_runner_shutdown_without_a_device"
 PACKED_LOGPROBS = "packed_logprobs"
 ENFORCED_TOKENS = "enforced_tokens"
 LOGPROBS_MODE_PER_REQUEST = "logprobs_mode_per_request"
-RAW_LOGPROBS = "raw_logprobs"
-PROCESSED_LOGPROBS = "processed_logprobs"
 XGRAMMAR_GRACEFUL_DEGRADATION = "xgrammar_graceful_degradation"
 REPLAY_GRAMMARS = "replay_grammars_marked"
 TOKEN_STREAMS = "token_streams"
@@ -312,7 +312,7 @@ def install_logprobs_mode_per_request() -> None:
         if sampling_metadata.max_num_logprobs is None:
             # No row wants logprobs: raw mode computes none, while the engine-wide processed mode
             # would have vLLM's top-k/top-p sampler take a log_softmax of the whole batch anyway.
-            set_mode(self, RAW_LOGPROBS)
+            set_mode(self, LogprobsMode.RAW.value)
             try:
                 return original(self, logits, sampling_metadata, predict_bonus_token)
             finally:
@@ -325,12 +325,12 @@ def install_logprobs_mode_per_request() -> None:
                 set_mode(self, engine_mode)
         replay.mixed_steps += 1
         raw = self.compute_logprobs(logits)
-        set_mode(self, PROCESSED_LOGPROBS)
+        set_mode(self, LogprobsMode.PROCESSED.value)
         try:
             output = original(self, logits, sampling_metadata, predict_bonus_token)
         finally:
             set_mode(self, engine_mode)
-        raw_rows = replay.rows_in_mode(RAW_LOGPROBS, raw.shape[0], raw.device)
+        raw_rows = replay.rows_in_mode(LogprobsMode.RAW.value, raw.shape[0], raw.device)
         processed = output.logprobs_tensors
         assert processed is not None  # max_num_logprobs is set (above): the sampler gathered logprobs
         k = sampling_metadata.max_num_logprobs

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 import pydantic
 
+from engine_ext.consensus.logprobs_mode import LogprobsMode
+
 # vLLM's bound on the numeric fields it takes as int64 (a wider one fails its sampling parameters).
 INT64_MAX = 2**63 - 1
 
@@ -67,7 +69,7 @@ class SamplingFields(OpenAIBody):
     response_format: ResponseFormat | None = None
     return_token_ids: bool = False
     # The network's fields.
-    logprobs_mode: Literal["raw_logprobs", "processed_logprobs"] | None = None
+    logprobs_mode: LogprobsMode | None = None
     enforced_tokens: EnforcedTokens | None = None
 
 

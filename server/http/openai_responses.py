@@ -12,11 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from engine_ext.consensus.topk_list import floored_logprob
 from engine_ext.generation.chain_lists import chain_top_lists
 from engine_ext.generation.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
 
-# vLLM's floor for a logprob it reports (-inf is not JSON).
-LOGPROB_FLOOR = -9999.0
 Kind = Literal["chat", "completion"]
 
 
@@ -134,7 +133,7 @@ class OpenAIAnswer:
             choice.content.extend(entries)
             return {"content": entries}
         tokens = [str(token) for token in token_ids]
-        logprobs = [max(value, LOGPROB_FLOOR) for value in columns.logprobs]
+        logprobs = [floored_logprob(value) for value in columns.logprobs]
         tops = [_sampled_and_top(position, token, columns, k) for position, token in enumerate(token_ids)]
         choice.tokens.extend(tokens)
         choice.token_logprobs.extend(logprobs)
@@ -179,12 +178,12 @@ FINISH_REASONS = {
 
 
 def _entry(token: int, logprob: float) -> dict[str, Any]:
-    return {"token": str(token), "logprob": max(logprob, LOGPROB_FLOOR), "bytes": None}
+    return {"token": str(token), "logprob": floored_logprob(logprob), "bytes": None}
 
 
 def _sampled_and_top(position: int, token: int, columns: LogprobColumns, k: int) -> dict[str, float]:
     """vLLM's completions list: the sampled token, then the model's top k (a token listed once)."""
-    listed = {str(token): max(columns.logprobs[position], LOGPROB_FLOOR)}
+    listed = {str(token): floored_logprob(columns.logprobs[position])}
     for top, value in zip(columns.top_ids[position * k : (position + 1) * k], columns.top_logprobs[position * k :]):
-        listed.setdefault(str(top), max(value, LOGPROB_FLOOR))
+        listed.setdefault(str(top), floored_logprob(value))
     return listed

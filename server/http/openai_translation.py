@@ -21,6 +21,7 @@ from server.http.openai_models import (
     EnforcedTokens,
     SamplingFields,
 )
+from server.translation.replay import LOGPROBS_MODE_VALUES
 
 ENFORCED_TOKENS = "enforced_tokens"
 # The per-position bound of the deployed plugin (the API node's maxReplayTopTokensPerPosition).
@@ -33,7 +34,6 @@ CHAT_ROLES = {
     "assistant": pb.CHAT_ROLE_ASSISTANT,
     "tool": pb.CHAT_ROLE_TOOL,
 }
-LOGPROBS_MODES = {"raw_logprobs": pb.LOGPROBS_MODE_RAW, "processed_logprobs": pb.LOGPROBS_MODE_PROCESSED}
 # The contract's field names as the OpenAI body spells them (a refusal names the field the client sent).
 OPENAI_PARAMS = {
     "logprobs.top_logprobs": "top_logprobs",
@@ -138,7 +138,7 @@ def _fill_sampling(
         raise HttpError(400, "BadRequestError", "stop_token_ids: token ids must be >= 0", "stop_token_ids")
     sampling.stop_token_ids.extend(min(token, INT32_MAX) for token in stop_ids)
     if body.logprobs_mode is not None:
-        request.logprobs.mode = LOGPROBS_MODES[body.logprobs_mode]
+        request.logprobs.mode = LOGPROBS_MODE_VALUES[body.logprobs_mode]
     _fill_response_format(request, body)
     request.stream.include_text = True
     request.stream.final_only = not body.stream

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from engine_ext.consensus.logprobs_mode import DEFAULT_MODE, LogprobsMode
+from engine_ext.consensus.topk_list import reported_logprob
 from engine_ext.generation.chain_lists import chain_top_lists
 from engine_ext.generation.outputs import Finish, FinishReason, GenerationStep, LogprobColumns, OutputDelta
 from gonka.mlnode.v1 import inference_pb2 as pb
@@ -23,7 +24,6 @@ FINISH_REASONS: dict[FinishReason, pb.FinishReason] = {
     FinishReason.ERROR: pb.FINISH_REASON_ERROR,
 }
 NEG_INF = -math.inf
-REPORTED_NEG_INF = -9999.0
 
 
 def fill_token_batch(
@@ -140,4 +140,4 @@ class ResponseEncoder:
 def _reported(values: list[float]) -> list[float]:
     if NEG_INF not in values:
         return values
-    return [REPORTED_NEG_INF if value == NEG_INF else value for value in values]
+    return [reported_logprob(value) for value in values]

@@ -223,10 +223,9 @@ class ValidationServicer:
         """The executor could not serve the request: it is at fault iff this node can. The request goes
         through Generate's checks as it is (a refusal there: nobody can serve it); then one token of it
         is generated, the probe, whose own refusals and failures are this item's errors."""
-        request = _replay_request(item.request, None)
         async with slots.slot():
             try:
-                plan = await self._translator.plan(request, request_id)
+                plan = await self._translator.replay(item.request, request_id, ())
             except ServiceError as error:
                 if error.code == grpc.StatusCode.INVALID_ARGUMENT:
                     return vpb.InferenceVerdict(passed=True, similarity=1.0)  # nobody can serve it
@@ -252,13 +251,10 @@ class ValidationServicer:
         )
 
     async def _plan(self, original: pb.GenerateRequest, request_id: str, enforced: list[int], k: int) -> GenerationPlan:
-        """The replay of `original` as Generate would run it (every check of Generate's), forcing `enforced`."""
-        request = _replay_request(original, enforced)
-        request.logprobs.top_logprobs = k
-        request.logprobs.mode = pb.LOGPROBS_MODE_UNSPECIFIED
-        request.logprobs.ClearField("chain_top_logprobs")
+        """The replay of `original` as Generate would run it (every check of Generate's), forcing `enforced`
+        with the chain's k; the mode is the caller's."""
         try:
-            return await self._translator.plan(request, request_id)
+            return await self._translator.replay(original, request_id, enforced, k)
         except ServiceError as error:
             raise _within_request(error) from None
 
@@ -284,17 +280,6 @@ def one_token_probe(request: GenerationRequest) -> GenerationRequest:
     more), without logprobs: whether this node serves it at all."""
     sampling = {name: value for name, value in request.sampling.items() if name not in ("min_tokens", "n")}
     return dataclasses.replace(request, sampling={**sampling, "max_tokens": 1}, top_logprobs=None, prompt_logprobs=None)
-
-
-def _replay_request(original: pb.GenerateRequest, enforced: list[int] | None) -> pb.GenerateRequest:
-    request = pb.GenerateRequest()
-    request.CopyFrom(original)
-    request.request_id = ""
-    request.ClearField("stream")
-    del request.enforced_token_ids[:]
-    if enforced is not None:
-        request.enforced_token_ids.extend(enforced)
-    return request
 
 
 def _executor_positions(positions: vpb.ExecutorPositions) -> list[Position]:

@@ -6,15 +6,17 @@ and the engine keeps serving.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.generation.generation_request import GenerationRequest
 from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.v1 import inference_pb2 as pb
 from server.core.errors import invalid_field
 from server.translation.prompt import PromptReader
 from server.translation.replay import enforced_token_ids, logprobs_mode
-from server.translation.sampling import logprob_counts, sampling_choice
+from server.translation.sampling import LogprobCounts, logprob_counts, sampling_choice
 from server.translation.structured_output import constraint, constraint_field
 
 MAX_REQUEST_ID_LENGTH = 256
@@ -48,7 +50,36 @@ class RequestTranslator:
             raise invalid_field("stream.coalesce_ms", f"must be at most {MAX_COALESCE_MS}")
         logprobs = logprob_counts(request, self._facts)
         mode = logprobs_mode(request)
-        enforced = enforced_token_ids(request, self._facts)
+        chain = request.logprobs.chain_top_logprobs
+        return await self._translated(
+            request, request_id, logprobs, mode, chain, request.enforced_token_ids, request.stream
+        )
+
+    async def replay(
+        self, original: pb.GenerateRequest, request_id: str, enforced: Sequence[int], top_logprobs: int | None = None
+    ) -> GenerationPlan:
+        """A replay of `original` (another node's request), translated once with Generate's checks: its request_id
+        and stream options are not the replay's and go unchecked, `enforced` takes the place of its enforced tokens,
+        and `top_logprobs` (the chain's k), when given, of its generated logprobs, mode and chain lists; the caller
+        then sets the mode it replays in."""
+        if top_logprobs is None:
+            logprobs = logprob_counts(original, self._facts)
+            mode, chain = logprobs_mode(original), original.logprobs.chain_top_logprobs
+        else:
+            logprobs, mode, chain = logprob_counts(original, self._facts, top_logprobs), None, False
+        return await self._translated(original, request_id, logprobs, mode, chain, enforced, pb.StreamOptions())
+
+    async def _translated(
+        self,
+        request: pb.GenerateRequest,
+        request_id: str,
+        logprobs: LogprobCounts,
+        mode: LogprobsMode | None,
+        chain_top_logprobs: bool,
+        enforced_ids: Sequence[int],
+        stream: pb.StreamOptions,
+    ) -> GenerationPlan:
+        enforced = enforced_token_ids(enforced_ids, request, self._facts)
         chosen_constraint = constraint(request)
         prompt = await self._prompts.prompt_token_ids(request)
         sampling = sampling_choice(request, len(prompt), self._facts)
@@ -61,16 +92,16 @@ class RequestTranslator:
             top_logprobs=logprobs.generated,
             prompt_logprobs=logprobs.prompt,
             constraint=chosen_constraint,
-            include_text=request.stream.include_text,
-            final_only=request.stream.final_only,
+            include_text=stream.include_text,
+            final_only=stream.final_only,
             enforced_token_ids=enforced,
             logprobs_mode=mode,
         )
         return GenerationPlan(
             request=generation,
-            max_tokens_per_message=request.stream.max_tokens_per_message,
-            coalesce_seconds=request.stream.coalesce_ms / 1000,
+            max_tokens_per_message=stream.max_tokens_per_message,
+            coalesce_seconds=stream.coalesce_ms / 1000,
             constraint_field=constraint_field(request),
-            chain_top_logprobs=request.logprobs.chain_top_logprobs,
-            include_prompt_token_ids=request.stream.include_prompt_token_ids,
+            chain_top_logprobs=chain_top_logprobs,
+            include_prompt_token_ids=stream.include_prompt_token_ids,
         )

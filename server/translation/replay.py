@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.v1 import inference_pb2 as pb
@@ -30,9 +32,12 @@ def logprobs_mode(request: pb.GenerateRequest) -> LogprobsMode | None:
     return LOGPROBS_MODES[options.mode]
 
 
-def enforced_token_ids(request: pb.GenerateRequest, facts: ModelFacts) -> tuple[int, ...] | None:
-    """The tokens a replay forces (None: not a replay); ids outside the vocabulary never reach the engine."""
-    ids = list(request.enforced_token_ids)
+def enforced_token_ids(
+    enforced: Sequence[int], request: pb.GenerateRequest, facts: ModelFacts
+) -> tuple[int, ...] | None:
+    """The tokens a replay of `request` forces (None: not a replay); ids outside the vocabulary never reach the
+    engine."""
+    ids = list(enforced)
     if not ids:
         return None
     require_in_vocabulary(ids, facts, "enforced_token_ids")

@@ -26,12 +26,16 @@ class LogprobCounts:
     prompt: int | None
 
 
-def logprob_counts(request: pb.GenerateRequest, facts: ModelFacts) -> LogprobCounts:
-    if not request.HasField("logprobs"):
+def logprob_counts(request: pb.GenerateRequest, facts: ModelFacts, top_logprobs: int | None = None) -> LogprobCounts:
+    """The request's counts; `top_logprobs` (a replay's k) takes the place of its generated one."""
+    if top_logprobs is None and not request.HasField("logprobs"):
         return LogprobCounts(None, None)
     options = request.logprobs
     limit = facts.max_logprobs
-    generated = options.top_logprobs if options.HasField("top_logprobs") else None
+    if top_logprobs is not None:
+        generated: int | None = top_logprobs
+    else:
+        generated = options.top_logprobs if options.HasField("top_logprobs") else None
     _require(generated is None or generated <= limit, "logprobs.top_logprobs", f"must be in 0..{limit}")
     prompt = options.prompt_logprobs if options.HasField("prompt_logprobs") else None
     _require(prompt is None or prompt <= limit, "logprobs.prompt_logprobs", f"must be in 0..{limit}")

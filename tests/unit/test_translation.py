@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from engine_ext.consensus.logprobs_mode import LogprobsMode
 from engine_ext.model_facts import ModelFacts
 from gonka.mlnode.client import build_request
 from gonka.mlnode.v1 import inference_pb2 as pb
@@ -280,3 +281,39 @@ def test_a_thread_safe_tokenizer_is_shared_not_copied() -> None:
     finally:
         tokenizers.close()
     assert copied_in == []
+
+
+def test_a_replay_takes_its_tokens_and_k_in_place_of_the_originals(translator: RequestTranslator) -> None:
+    original = build_request(
+        token_ids=[1, 2, 3],
+        request_id="x" * 300,  # too long for Generate: not the replay's
+        coalesce_ms=10**9,  # likewise
+        include_text=True,
+        top_logprobs=2,
+        prompt_logprobs=1,
+        logprobs_mode="raw",
+        chain_top_logprobs=True,
+        enforced_token_ids=[9, 9],
+        temperature=0.5,
+    )
+    replay = asyncio.run(translator.replay(original, "r-1", [4, 5], 3))
+    assert (replay.chain_top_logprobs, replay.coalesce_seconds, replay.max_tokens_per_message) == (False, 0, 0)
+    request = replay.request
+    assert (request.enforced_token_ids, request.top_logprobs, request.prompt_logprobs) == ((4, 5), 3, 1)
+    assert (request.logprobs_mode, request.include_text, request.request_id) == (None, False, "r-1")
+    assert request.sampling["temperature"] == 0.5
+
+
+def test_a_replay_without_k_keeps_the_originals_logprobs_and_forces_nothing(translator: RequestTranslator) -> None:
+    original = build_request(token_ids=[1, 2, 3], top_logprobs=2, logprobs_mode="raw", enforced_token_ids=[9])
+    request = asyncio.run(translator.replay(original, "r-1", ())).request
+    assert (request.enforced_token_ids, request.top_logprobs, request.logprobs_mode) == (None, 2, LogprobsMode.RAW)
+
+
+def test_a_replays_k_and_outputs_are_checked_as_generates(translator: RequestTranslator) -> None:
+    with pytest.raises(ServiceError) as too_wide:
+        asyncio.run(translator.replay(build_request(token_ids=[1, 2, 3]), "r-1", [4], FACTS.max_logprobs + 1))
+    assert too_wide.value.field == "logprobs.top_logprobs"
+    with pytest.raises(ServiceError) as several:
+        asyncio.run(translator.replay(build_request(token_ids=[1, 2, 3], n=2), "r-1", [4], 1))
+    assert several.value.field == "sampling.n"

@@ -189,6 +189,13 @@ def test_topk_list_reports_minus_inf_as_minus_9999() -> None:
     assert C.build_topk_list(7, -1.5, [(3, -0.1), (7, -1.5), (9, -4.0)], 3) == [(7, -1.5), (3, -0.1), (9, -4.0)]
 
 
+def test_the_chain_keeps_finite_logprobs_below_the_floor_the_http_api_floors_them() -> None:
+    assert C.reported_logprob(float("-inf")) == C.floored_logprob(float("-inf")) == -9999.0
+    assert C.reported_logprob(-12000.5) == -12000.5
+    assert C.floored_logprob(-12000.5) == -9999.0
+    assert C.reported_logprob(-3.25) == C.floored_logprob(-3.25) == -3.25
+
+
 @FAST
 @given(st.lists(st.lists(st.integers(min_value=0, max_value=1000), min_size=1, max_size=5), max_size=10))
 def test_logprobs_mode_detection_follows_the_share_of_low_ids(positions: list[list[int]]) -> None:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from gonka.mlnode.client.requests import LOGPROBS_MODES
 from gonka.mlnode.v1 import inference_pb2 as pb
 
-REPORTED_MODES = {pb.LOGPROBS_MODE_RAW: "raw", pb.LOGPROBS_MODE_PROCESSED: "processed"}
+# The name of each mode the server reports (the inverse of the request's names).
+REPORTED_MODES = {value: name for name, value in LOGPROBS_MODES.items()}
 
 
 @dataclass

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from gonka.mlnode.client.requests import LOGPROBS_MODES
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import validation_pb2 as vpb
 
-MODES = {None: pb.LOGPROBS_MODE_UNSPECIFIED, "raw": pb.LOGPROBS_MODE_RAW, "processed": pb.LOGPROBS_MODE_PROCESSED}
+# An item that states no mode leaves it to the validator.
+MODES: dict[str | None, pb.LogprobsMode] = dict([(None, pb.LOGPROBS_MODE_UNSPECIFIED), *LOGPROBS_MODES.items()])
 
 
 def inference_item(
