@@ -2,6 +2,10 @@
 
 On a terminal the line is rewritten in place (often); into a pipe or a log it is a plain line at most
 once per `log_interval` seconds, so a long round does not flood the log.
+
+Hand-written on purpose: tqdm and rich redraw with carriage returns into a pipe as well (a log of one endless line, or
+with rich's file console none at all until the end), where this writes whole lines; and the client needs no display
+library beside grpcio and protobuf.
 """
 
 from __future__ import annotations
