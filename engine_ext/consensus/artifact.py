@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
+from typing import Literal, TypedDict
 
 import numpy as np
 import torch
@@ -23,8 +24,16 @@ class ArtifactDecodeError(ValueError):
     """A base64 artifact that is not valid base64 or not exactly k float16 values."""
 
 
-def encoding_metadata(k: int) -> dict[str, object]:
-    """The metadata sent beside artifacts: {"dtype": "f16", "k_dim": k, "endian": "le"}."""
+class ArtifactEncoding(TypedDict):
+    """The metadata sent beside artifacts, in this key order."""
+
+    dtype: Literal["f16"]
+    k_dim: int
+    endian: Literal["le"]
+
+
+def encoding_metadata(k: int) -> ArtifactEncoding:
+    """{"dtype": "f16", "k_dim": k, "endian": "le"}."""
     require_int_at_least("k", k, 1)
     return {"dtype": "f16", "k_dim": k, "endian": "le"}
 

@@ -19,10 +19,11 @@ from typing import Any, Protocol
 from gonka.mlnode.v1 import poc_pb2
 from gonka.mlnode.v1 import validation_pb2 as vpb
 from server.core.instances import EngineInstances
-from server.poc.batches.artifacts import artifact_entries
+from server.poc.batches.artifacts import ArtifactEntry, artifact_entries
 from server.poc.batches.batch_runner import KvBlockNotes
 from server.poc.batches.round_params import PocLimits
 from server.poc.delivery.callbacks import CallbackIdentity
+from server.poc.delivery.validated import ValidatedBody
 from server.poc.validation.artifact_compute import compute_artifacts, compute_plan
 from server.poc.validation.artifact_validation import ValidatedCallback, validate_poc_artifacts, validated_body
 
@@ -51,8 +52,8 @@ class JobEngine:
 async def run_validation(
     request: vpb.ValidatePocArtifactsRequest,
     engine: JobEngine,
-    unaddressed: Callable[[dict[str, Any]], object] | None = None,
-) -> dict[str, Any]:
+    unaddressed: Callable[[ValidatedBody], object] | None = None,
+) -> ValidatedBody:
     """The verdict, delivered to `{callback_url}/validated` by validate_poc_artifacts itself; returned as that body.
     `unaddressed`: where the verdict goes when the request has no callback URL (the pull stream's sink)."""
     summary: vpb.PocValidationSummary | None = None
@@ -80,7 +81,7 @@ async def run_computation(
     plan = compute_plan(request, engine.limits)
     k_dim = plan.params.k_dim
     callback = None if sink_of is None else sink_of(k_dim)
-    artifacts: list[dict[str, int | str]] = []
+    artifacts: list[ArtifactEntry] = []
     not_computable: list[int] = []
     async with aclosing(compute_artifacts(plan, engine.instances.require_available(), KvBlockNotes())) as computed:
         async for _instance, split in computed:

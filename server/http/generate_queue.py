@@ -13,7 +13,7 @@ import enum
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +26,8 @@ log = logging.getLogger(__name__)
 # How long a finished job's status and result stay readable (the deployed plugin's TTL).
 FINISHED_KEPT_SECONDS = 300.0
 
-JobWork = Callable[[], Coroutine[Any, Any, dict[str, Any]]]
+# A job's work: its result is a JSON object (a validation job's the `/validated` body).
+JobWork = Callable[[], Coroutine[Any, Any, Mapping[str, object]]]
 
 
 class JobStatus(enum.Enum):
@@ -44,7 +45,7 @@ class GenerateJob:
     nonces: int
     work: JobWork
     status: JobStatus = JobStatus.QUEUED
-    result: dict[str, Any] | None = None
+    result: Mapping[str, object] | None = None
     error: ServiceError | None = None
     finished_at: float | None = None
 
@@ -68,7 +69,7 @@ class GenerateQueue:
         self._clock = clock
         self._waiting: deque[GenerateJob] = deque()
         self._jobs: dict[str, GenerateJob] = {}
-        self._running: tuple[GenerateJob, asyncio.Task[dict[str, Any]]] | None = None
+        self._running: tuple[GenerateJob, asyncio.Task[Mapping[str, object]]] | None = None
         self._worker: asyncio.Task[None] | None = None
 
     @property
@@ -145,7 +146,7 @@ class GenerateQueue:
                 if task.done():
                     self._record_end(job, task)
 
-    def _record_end(self, job: GenerateJob, task: asyncio.Task[dict[str, Any]]) -> None:
+    def _record_end(self, job: GenerateJob, task: asyncio.Task[Mapping[str, object]]) -> None:
         """Once per job, by whichever sees its task end first (the worker, or cancel_all)."""
         if job.finished_at is not None:
             return

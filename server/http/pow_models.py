@@ -7,6 +7,7 @@ fields are ignored."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import pydantic
@@ -134,5 +135,5 @@ class GenerateJobResponse(pydantic.BaseModel):
 
     request_id: str
     status: str
-    result: dict[str, Any] | None = None
+    result: Mapping[str, Any] | None = None  # the same schema and JSON as a dict's
     error: GenerateJobError | None = None

@@ -15,7 +15,7 @@ from server.poc.batches.round_params import PocLimits, RoundParameters
 from server.poc.delivery.callback_sender import SETTLED_KEPT_SECONDS, CallbackSender
 from server.poc.delivery.callback_store import CallbackStore
 from server.poc.delivery.callbacks import ArtifactCallback, CallbackIdentity
-from server.poc.delivery.validated import require_validated_fields, validated_url
+from server.poc.delivery.validated import ValidatedBody, validated_url
 from server.poc.fanout.artifact_hub import ArtifactHub
 from server.poc.gate.admission import Admission
 from server.poc.round.round_control import HealthSetter, RoundControl
@@ -60,9 +60,8 @@ class PocComponents:
         )
         self.servicer = PocServicer(self.control, self.hub, instances, limits, admission)
 
-    def deliver_validated(self, url: str, body: dict) -> None:
+    def deliver_validated(self, url: str, body: ValidatedBody) -> None:
         """A validation result for `{url}/validated`: in the store when this returns, sent at once."""
-        require_validated_fields(body)
         self.store.append(validated_url(url), body, round_id=None, artifacts=0)
         self.sender.flush()
 

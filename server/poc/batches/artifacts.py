@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -61,7 +62,14 @@ class ArtifactBatch:
         return vector_b64(self.vectors, self.k_dim, index)
 
 
-def artifact_entries(nonces: Sequence[int], vectors: bytes, k_dim: int) -> list[dict[str, int | str]]:
+class ArtifactEntry(TypedDict):
+    """One artifact as the deployed JSON bodies list it, in this key order."""
+
+    nonce: int
+    vector_b64: str
+
+
+def artifact_entries(nonces: Sequence[int], vectors: bytes, k_dim: int) -> list[ArtifactEntry]:
     """The nonces and their vectors as the deployed JSON bodies list them: `[{nonce, vector_b64}]`."""
     return [
         {"nonce": int(nonce), "vector_b64": vector_b64(vectors, k_dim, index)} for index, nonce in enumerate(nonces)

@@ -23,16 +23,15 @@ Not thread-safe: runs on the event loop, as the store does.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import aiohttp
 
 from server.poc.batches.callback_url import callback_url_problem
+from server.poc.delivery.body_json import is_mergeable, post_body
 from server.poc.delivery.callback_store import CallbackStore, EntryState, Post
 from server.poc.delivery.retry import PostOutcome, RetrySchedule, post_with_retry
 
@@ -146,7 +145,7 @@ class CallbackSender:
         try:
             while url in self._requested:
                 self._requested.discard(url)
-                posts = self._store.due_posts(url, self._clock(), MAX_ARTIFACTS_PER_POST, _mergeable)
+                posts = self._store.due_posts(url, self._clock(), MAX_ARTIFACTS_PER_POST, is_mergeable)
                 for index, post in enumerate(posts):
                     if not await self._send(post):
                         # The receiver did not answer a whole schedule: it is down, and every later POST to it
@@ -173,7 +172,7 @@ class CallbackSender:
             self._give_up(post, GiveUpReason.UNSENDABLE, f"the URL {problem}")
             return True
         try:
-            body = _post_body(self._store.bodies(post))
+            body = post_body(self._store.bodies(post))
         except ValueError as error:
             self._give_up(post, GiveUpReason.UNSENDABLE, f"the stored body is unreadable ({error})")
             return True
@@ -223,32 +222,6 @@ class CallbackSender:
         if now - self._last_purge >= PURGE_EVERY_SECONDS:
             self._last_purge = now
             self._store.purge_settled(now - self._settled_kept_seconds)
-
-
-def _mergeable(body: str) -> bool:
-    """A body that can share a POST: a JSON object with an artifact list."""
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return False
-    return isinstance(parsed, dict) and isinstance(parsed.get("artifacts"), list)
-
-
-def _post_body(texts: list[str]) -> bytes:
-    """The POST's JSON from its entries' bodies: a single entry's as stored; several entries of a round as one
-    body, the first's fields with every entry's artifacts in order (the deployed server's body for everything
-    buffered). ValueError for a body that cannot be sent."""
-    bodies = [json.loads(text) for text in texts]
-    if not all(isinstance(body, dict) for body in bodies):
-        raise ValueError("not a JSON object")
-    if len(bodies) == 1:
-        return texts[0].encode()
-    if not all(isinstance(body.get("artifacts"), list) for body in bodies):
-        raise ValueError("a merged body without an artifact list")
-    merged: dict[str, Any] = bodies[0]
-    for body in bodies[1:]:
-        merged["artifacts"].extend(body["artifacts"])
-    return json.dumps(merged, separators=(",", ":")).encode()
 
 
 def _safe(url: str) -> str:

@@ -22,14 +22,13 @@ Not thread-safe: every call comes from the event loop's thread (each is a short 
 from __future__ import annotations
 
 import enum
-import json
 import secrets
 import sqlite3
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
+from server.poc.delivery.body_json import encode_body
 from server.poc.delivery.store_lock import StoreLock
 
 SCHEMA_VERSION = 1
@@ -111,9 +110,9 @@ class CallbackStore:
         except sqlite3.DatabaseError as error:
             raise StoreUnreadable(f"the callback store {self.path} cannot be read: {error}") from error
 
-    def append(self, url: str, body: Mapping[str, Any], round_id: str | None, artifacts: int) -> int:
-        """Adds one body to deliver to `url`; returns its id once it is committed."""
-        text = json.dumps(body, separators=(",", ":"))
+    def append(self, url: str, body: Mapping[str, object], round_id: str | None, artifacts: int) -> int:
+        """Adds one body (a JSON object) to deliver to `url`; returns its id once it is committed."""
+        text = encode_body(body).decode()  # a TEXT column: UTF-8 JSON stored as text
         cursor = self._db.execute(
             "INSERT INTO callbacks (created_at, url, body, round_id, artifacts) VALUES (?, ?, ?, ?, ?)",
             (self._clock(), url, text, round_id, artifacts),

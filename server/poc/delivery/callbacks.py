@@ -7,10 +7,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import NotRequired, TypedDict
 
-from engine_ext.consensus.artifact import encoding_metadata
-from server.poc.batches.artifacts import artifact_entries
+from engine_ext.consensus.artifact import ArtifactEncoding, encoding_metadata
+from server.poc.batches.artifacts import ArtifactEntry, artifact_entries
 from server.poc.batches.round_params import RoundParameters
 from server.poc.delivery.callback_store import CallbackStore, RoundCounts
 from server.poc.fanout.callback_stream import CallbackSink, poc_batches_path
@@ -34,24 +34,45 @@ def generated_url(url: str) -> str:
     return url.rstrip("/") + "/generated"
 
 
-class GeneratedBody:
-    """The deployed `/generated` body of a round's batch: identity, [request_id,] artifacts, encoding. `request_id`:
-    a generate job's, for its artifacts."""
+class _Producer(TypedDict):
+    """Who produced a body's artifacts, and for which job: the leading fields of the deployed `/generated` body."""
+
+    public_key: str
+    block_hash: str
+    block_height: int
+    node_id: int
+    request_id: NotRequired[str]  # a generate job's, for its artifacts; absent for a round's
+
+
+class GeneratedBody(_Producer):
+    """The deployed `/generated` body of one batch, in this key order: identity, [request_id,] artifacts, encoding.
+    A TypedDict rather than a struct: a body is a JSON object wherever it goes (the store, the pull stream's sink)."""
+
+    artifacts: list[ArtifactEntry]
+    encoding: ArtifactEncoding
+
+
+class GeneratedBodies:
+    """A round's (or a generate job's) `/generated` bodies, one per batch: the same producer and encoding in each."""
 
     def __init__(self, identity: CallbackIdentity, k_dim: int, request_id: str | None = None) -> None:
-        self._fields: dict[str, str | int] = {
+        self._producer: _Producer = {
             "public_key": identity.public_key,
             "block_hash": identity.block_hash,
             "block_height": identity.block_height,
             "node_id": identity.node_id,
         }
         if request_id is not None:
-            self._fields["request_id"] = request_id
+            self._producer["request_id"] = request_id
         self._encoding = encoding_metadata(k_dim)
         self._k_dim = k_dim
 
-    def of(self, nonces: Sequence[int], vectors: bytes) -> dict[str, Any]:
-        return {**self._fields, "artifacts": artifact_entries(nonces, vectors, self._k_dim), "encoding": self._encoding}
+    def of(self, nonces: Sequence[int], vectors: bytes) -> GeneratedBody:
+        return {
+            **self._producer,
+            "artifacts": artifact_entries(nonces, vectors, self._k_dim),
+            "encoding": self._encoding,
+        }
 
 
 class ArtifactCallback:
@@ -68,14 +89,14 @@ class ArtifactCallback:
         """`flush`: asks the store's sender to send what is pending now (CallbackSender.flush). `request_id`: the
         HTTP `generate` job the artifacts answer (the deployed body carries it then)."""
         self.generated_url = generated_url(url)
-        self._body = GeneratedBody(identity, k_dim, request_id)
+        self._bodies = GeneratedBodies(identity, k_dim, request_id)
         self._round_id = round_id
         self._store = store
         self._flush = flush
 
     def add(self, nonces: Sequence[int], vectors: bytes) -> None:
         """One batch, on disk when this returns (the deployed body: identity, [request_id,] artifacts, encoding)."""
-        self._store.append(self.generated_url, self._body.of(nonces, vectors), self._round_id, len(nonces))
+        self._store.append(self.generated_url, self._bodies.of(nonces, vectors), self._round_id, len(nonces))
 
     def finish(self) -> None:
         """No more artifacts: what is pending goes now, not at the next interval."""
@@ -95,10 +116,10 @@ class StreamedArtifacts:
         job the artifacts answer."""
         self._sink = sink
         self._path = poc_batches_path(model, "generated")
-        self._body = GeneratedBody(identity, k_dim, request_id)
+        self._bodies = GeneratedBodies(identity, k_dim, request_id)
 
     def add(self, nonces: Sequence[int], vectors: bytes) -> None:
-        self._sink.post(self._path, self._body.of(nonces, vectors))
+        self._sink.post(self._path, self._bodies.of(nonces, vectors))
 
     def finish(self) -> None:
         """Nothing waits: every batch is in the stream's buffer as it comes."""

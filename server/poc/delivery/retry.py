@@ -13,6 +13,7 @@ import aiohttp
 RETRYABLE_CLIENT_ERRORS = (408, 429)
 
 
+# Hand-written, not a retry library's: the schedule is the deployed server's, delay for delay.
 @dataclass(frozen=True)
 class RetrySchedule:
     """Delays in seconds, so tests can run the real schedule shape in milliseconds."""

@@ -1,30 +1,30 @@
-"""One recompute job's verdict for the API node's `{url}/validated`: the deployed body, checked whole before it
-goes into the durable callback store (server.poc.delivery.callback_store), which delivers it."""
+"""One recompute job's verdict for the API node's `{url}/validated`: the deployed body, which goes into the durable
+callback store (server.poc.delivery.callback_store), which delivers it, or to the pull stream's sink."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from typing import TypedDict
 
-VALIDATED_FIELDS = (
-    "request_id",
-    "block_hash",
-    "block_height",
-    "public_key",
-    "node_id",
-    "n_total",
-    "n_mismatch",
-    "mismatch_nonces",
-    "p_value",
-    "fraud_detected",
-)
+
+class ValidatedBody(TypedDict):
+    """The deployed `/validated` body, in this key order (gonka-network.md). A TypedDict rather than a struct: it is
+    a JSON object wherever it goes (the store, the pull stream's sink, a generate job's result)."""
+
+    request_id: str
+    block_hash: str
+    block_height: int
+    public_key: str
+    node_id: int
+    n_total: int
+    n_mismatch: int
+    mismatch_nonces: list[int]
+    p_value: float
+    fraud_detected: bool
+
+
+# The body's fields in the deployed order.
+VALIDATED_FIELDS = tuple(ValidatedBody.__annotations__)
 
 
 def validated_url(url: str) -> str:
     return url.rstrip("/") + "/validated"
-
-
-def require_validated_fields(body: Mapping[str, Any]) -> None:
-    missing = [field for field in VALIDATED_FIELDS if field not in body]
-    if missing:
-        raise ValueError(f"validated body lacks {missing}")

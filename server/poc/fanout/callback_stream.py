@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 import secrets
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import quote
+
+from server.poc.delivery.body_json import encode_body
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +38,7 @@ class CallbackSink(Protocol):
     """Where a callback goes when the API node gave no URL: `path` as the API node's ML server routes it
     (poc_batches_path), `body` the JSON object the push path would POST there."""
 
-    def post(self, path: str, body: Mapping[str, Any]) -> str:
+    def post(self, path: str, body: Mapping[str, object]) -> str:
         """Takes the callback; returns its id."""
         ...
 
@@ -108,10 +109,10 @@ class CallbackBuffer:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def post(self, path: str, body: Mapping[str, Any]) -> str:
+    def post(self, path: str, body: Mapping[str, object]) -> str:
         """CallbackSink.post: buffers the callback (its body as compact JSON) for the consumer."""
         self._last_seq += 1
-        self._entries[self._last_seq] = (path, json.dumps(body, separators=(",", ":")).encode())
+        self._entries[self._last_seq] = (path, encode_body(body))
         while len(self._entries) > self._capacity:
             oldest = next(iter(self._entries))
             dropped_path, _ = self._entries.pop(oldest)

@@ -31,13 +31,14 @@ from server.poc.batches.round_params import (
     require_poc_enabled,
 )
 from server.poc.batches.spread import spread_batches
+from server.poc.delivery.validated import ValidatedBody
 
 MAX_CLAIMS = 100_000
 # Where a claim could not be judged by distance (undecodable, non-finite, or not computed here).
 NO_DISTANCE = math.nan
 
 # (url, body) -> delivery of the summary to {callback_url}/validated, owned by the caller.
-ValidatedCallback = Callable[[str, dict], None]
+ValidatedCallback = Callable[[str, ValidatedBody], None]
 
 
 @dataclass(frozen=True)
@@ -181,7 +182,7 @@ def _claimed_b64(claim: vpb.ClaimedArtifact) -> str:
     return claim.vector_b64
 
 
-def validated_body(request: vpb.ValidatePocArtifactsRequest, summary: vpb.PocValidationSummary) -> dict:
+def validated_body(request: vpb.ValidatePocArtifactsRequest, summary: vpb.PocValidationSummary) -> ValidatedBody:
     """The deployed server's body for {url}/validated (gonka-network.md)."""
     return {
         "request_id": request.request_id,
