@@ -60,3 +60,8 @@ def test_a_body_alone_goes_as_stored_and_an_unreadable_one_is_refused() -> None:
             post_body([unreadable])
     with pytest.raises(ValueError, match="without an artifact list"):
         post_body(['{"artifacts":[]}', validated])
+
+
+def test_a_validated_p_value_is_spelled_as_the_deployed_server_spells_it() -> None:
+    # Python's float repr: msgspec's encoder would write 0.00001 and 1e-7.
+    assert encode_body({"p_value": 1e-05, "q": 3e-07, "name": "é"}) == b'{"p_value":1e-05,"q":3e-07,"name":"\\u00e9"}'
