@@ -165,3 +165,16 @@ def test_a_waiting_consumer_wakes_on_the_next_step() -> None:
         return (await waiting).outputs[0].token_ids
 
     assert asyncio.run(scenario()) == [5]
+
+
+def test_the_token_stream_seam_is_installed_once_and_reported_like_every_seam() -> None:
+    from vllm.v1.engine.output_processor import OutputProcessor
+
+    from engine_ext.seams import expected_seams, install_seams, installed_seams
+    from engine_ext.seams.common import TOKEN_STREAMS, marks_on
+
+    install_seams(is_cpu_platform=True)
+    install_seams(is_cpu_platform=True)  # vLLM may load plugins more than once per process
+    assert installed_seams().count(TOKEN_STREAMS) == 1
+    assert all(TOKEN_STREAMS in expected_seams(is_cpu_platform=cpu) for cpu in (True, False))
+    assert marks_on([OutputProcessor.propagate_error]) == [TOKEN_STREAMS]  # the failure path is wrapped too
