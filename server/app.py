@@ -40,10 +40,10 @@ from server.options import ServerOptions
 from server.poc.batches.batch_runner import PocBatchRunner
 from server.poc.batches.options import PocOptions
 from server.poc.delivery.callback_store import CallbackStore, StoreUnreadable
+from server.poc.delivery.callback_stream import CallbackBuffer
+from server.poc.delivery.callback_stream_servicer import SERVICE_NAME as CALLBACK_STREAM_SERVICE
+from server.poc.delivery.callback_stream_servicer import CallbackStreamListener, add_callback_stream
 from server.poc.delivery.store_lock import StoreLock
-from server.poc.fanout.callback_stream import CallbackBuffer
-from server.poc.fanout.callback_stream_servicer import SERVICE_NAME as CALLBACK_STREAM_SERVICE
-from server.poc.fanout.callback_stream_servicer import CallbackStreamListener, add_callback_stream
 from server.poc.gate.admission import Admission
 from server.poc.gate.gate_interceptor import GateInterceptor
 from server.poc.wiring import PocComponents, poc_limits

@@ -26,7 +26,7 @@ from server.http.probe_routes import probe_router
 from server.http.unbuilt_routes import unbuilt_router
 from server.http.version_prefix import VersionPrefix
 from server.poc.batches.round_params import PocLimits
-from server.poc.fanout.callback_stream import CallbackSink
+from server.poc.delivery.callback_stream import CallbackSink
 from server.poc.gate.admission import Admission
 from server.poc.round.round_control import RoundControl
 

@@ -4,7 +4,7 @@
   in the deployed body through the server's durable callback store and sender (PocComponents.deliver_validated);
 - without it: ComputeArtifacts' own `compute_artifacts`; with `url` the artifacts go to `{url}/generated`, with
   the job's `request_id`, through the same store.
-Without `url`, both go to the pull stream where it is served (server.poc.fanout.callback_stream), as the deployed node
+Without `url`, both go to the pull stream where it is served (server.poc.delivery.callback_stream), as the deployed node
 points such jobs at its local sink.
 
 The job's result (`GET generate/{id}`) is the `/validated` body, or the artifacts computed."""

@@ -20,8 +20,8 @@ from server.http.options import FraudThreshold
 from server.http.pow_models import GenerateBody, GenerateJobError, GenerateJobResponse, GenerateQueued
 from server.http.pow_requests import compute_request, new_request_id, validation_request
 from server.poc.batches.round_params import callback_url_of, require_poc_enabled
+from server.poc.delivery.callback_stream import CallbackSink, poc_batches_path
 from server.poc.delivery.callbacks import CallbackIdentity, StreamedArtifacts
-from server.poc.fanout.callback_stream import CallbackSink, poc_batches_path
 from server.poc.gate.admission import Admission
 from server.poc.validation.artifact_compute import compute_plan
 from server.poc.validation.artifact_validation import poc_validation_plan

@@ -2,7 +2,7 @@
 stopped through the round control PocService drives, after the same checks (server.poc.batches.round_params). A round's
 artifacts go to `{url}/generated` through the durable callback store and its sender, in the deployed body, as for a
 StartRound with a callback_url; without `url` (or with an empty one), to the pull stream's sink
-(server.poc.fanout.callback_stream), where it is served. One "backend" per engine instance, each named by the management
+(server.poc.delivery.callback_stream), where it is served. One "backend" per engine instance, each named by the management
 port. pow/stop also cancels the generate jobs (server.http.generate_queue)."""
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ from server.http.pow_models import (
 )
 from server.http.pow_requests import start_round_request
 from server.poc.batches.round_params import PocLimits, require_poc_enabled, round_parameters
+from server.poc.delivery.callback_stream import CallbackSink
 from server.poc.delivery.callbacks import streamed_round
-from server.poc.fanout.callback_stream import CallbackSink
 from server.poc.gate.admission import Admission
 from server.poc.round.round_control import RoundControl
 

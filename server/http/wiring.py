@@ -20,7 +20,7 @@ from server.http.node_routes import NodeVersions
 from server.http.node_state import NodeState, ServedModel
 from server.http.options import HttpOptions, InferencePortOptions
 from server.poc.batches.round_params import PocLimits
-from server.poc.fanout.callback_stream import CallbackSink
+from server.poc.delivery.callback_stream import CallbackSink
 from server.poc.gate.admission import Admission
 from server.poc.round.round_control import RoundControl
 from server.poc.validation.artifact_validation import ValidatedCallback

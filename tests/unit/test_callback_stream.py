@@ -22,9 +22,9 @@ from mlnode.poc.v1 import poc_callback_stream_pb2 as stream_pb2
 from mlnode.poc.v1 import poc_callback_stream_pb2_grpc as stream_grpc
 from server.listen_port import PortUnavailable, require_port_free
 from server.options import ServerOptions, parse_server_flags
+from server.poc.delivery.callback_stream import CallbackBuffer, StreamedCallback, StreamEnd, poc_batches_path
+from server.poc.delivery.callback_stream_servicer import CallbackStreamListener
 from server.poc.delivery.callbacks import CallbackIdentity, StreamedArtifacts
-from server.poc.fanout.callback_stream import CallbackBuffer, StreamedCallback, StreamEnd, poc_batches_path
-from server.poc.fanout.callback_stream_servicer import CallbackStreamListener
 
 GUARD_SECONDS = 10  # only a hang guard: every wait below ends on an event long before this
 QUIET_SECONDS = 0.2  # how long a stream must stay silent to show it has nothing more to send
@@ -187,7 +187,7 @@ def test_acknowledging_unknown_foreign_or_repeated_ids_changes_nothing() -> None
 def test_beyond_the_bound_the_oldest_is_dropped_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
     async def scenario() -> None:
         buffer = CallbackBuffer(capacity=3)
-        with caplog.at_level(logging.WARNING, logger="server.poc.fanout.callback_stream"):
+        with caplog.at_level(logging.WARNING, logger="server.poc.delivery.callback_stream"):
             ids = post(buffer, 1, 2, 3, 4, 5)
         assert buffer.dropped == 2 and len(buffer) == 3
         assert [record.levelno for record in caplog.records] == [logging.WARNING, logging.WARNING]

@@ -30,9 +30,9 @@ from server.http.node_routes import NodeVersions
 from server.http.node_state import NodeMode, NodeState, ServedModel
 from server.http.options import DEFAULT_MLNODE_VERSION, FraudThreshold
 from server.poc.batches.round_params import PocLimits, RoundParameters
+from server.poc.delivery.callback_stream import CallbackSink
 from server.poc.delivery.callbacks import CallbackIdentity
 from server.poc.fanout.artifact_hub import ArtifactHub
-from server.poc.fanout.callback_stream import CallbackSink
 from server.poc.gate.admission import Admission
 from server.poc.round.mining_round import RoundState
 from server.poc.round.round_control import RoundControl

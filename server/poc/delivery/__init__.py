@@ -1,1 +1,1 @@
-"""The API node's callbacks: a round's artifacts and verdicts in the deployed bodies, their durable store and the retried sending."""
+"""The API node's callbacks: a round's artifacts and verdicts in the deployed bodies, pushed from a durable store with retries or offered on the pull stream (the callback stream service)."""

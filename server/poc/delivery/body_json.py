@@ -1,5 +1,5 @@
 """The callback bodies' JSON: encoded once, when a body is stored (server.poc.delivery.callback_store) or streamed
-(server.poc.fanout.callback_stream), and the stored texts of one POST merged into its body by splicing their artifact
+(server.poc.delivery.callback_stream), and the stored texts of one POST merged into its body by splicing their artifact
 arrays: every value goes out as the bytes it was stored as, never decoded into Python objects and encoded again.
 
 Stored texts are read whatever wrote them (earlier releases stored the same compact json.dumps form)."""

@@ -1,7 +1,7 @@
 """A round's artifacts for the API node's `/generated`, each batch in the deployed body before it is published to any
 subscriber: with a URL, written to the durable callback store (server.poc.delivery.callback_store), whose sender
 (server.poc.delivery.callback_sender) POSTs them to `{url}/generated`; without one (an HTTP round the API node gave no `url`),
-posted to the pull stream's sink (server.poc.fanout.callback_stream), which its consumer reads."""
+posted to the pull stream's sink (server.poc.delivery.callback_stream), which its consumer reads."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from engine_ext.consensus.artifact import ArtifactEncoding, encoding_metadata
 from server.poc.batches.artifacts import ArtifactEntry, artifact_entries
 from server.poc.batches.round_params import RoundParameters
 from server.poc.delivery.callback_store import CallbackStore, RoundCounts
-from server.poc.fanout.callback_stream import CallbackSink, poc_batches_path
+from server.poc.delivery.callback_stream import CallbackSink, poc_batches_path
 
 
 @dataclass(frozen=True)

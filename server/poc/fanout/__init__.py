@@ -1,1 +1,1 @@
-"""A round's artifacts fanned out: the hub that numbers and buffers them for subscribers, and the callback stream service."""
+"""A round's artifacts fanned out to its gRPC subscribers: the hub that numbers them and buffers them within a budget."""

@@ -1,4 +1,4 @@
-"""mlnode.poc.v1.PoCCallbackStream over the pull stream's buffer (server.poc.fanout.callback_stream), and the plaintext
+"""mlnode.poc.v1.PoCCallbackStream over the pull stream's buffer (server.poc.delivery.callback_stream), and the plaintext
 listener that serves it alone (--callback-stream-port) where the gRPC port cannot: the API node dials it without TLS
 and without a token."""
 
@@ -11,7 +11,7 @@ import grpc
 
 from mlnode.poc.v1 import poc_callback_stream_pb2 as stream_pb2
 from mlnode.poc.v1 import poc_callback_stream_pb2_grpc as stream_grpc
-from server.poc.fanout.callback_stream import CallbackBuffer, StreamEnd
+from server.poc.delivery.callback_stream import CallbackBuffer, StreamEnd
 
 log = logging.getLogger(__name__)
 
