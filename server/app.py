@@ -38,7 +38,6 @@ from server.http.wiring import InferencePath, http_servers
 from server.metrics.exporter import ServerMetrics
 from server.options import ServerOptions
 from server.poc.batches.batch_runner import PocBatchRunner
-from server.poc.batches.options import PocOptions
 from server.poc.delivery.callback_store import CallbackStore, StoreUnreadable
 from server.poc.delivery.callback_stream import CallbackBuffer
 from server.poc.delivery.callback_stream_servicer import SERVICE_NAME as CALLBACK_STREAM_SERVICE
@@ -46,6 +45,7 @@ from server.poc.delivery.callback_stream_servicer import CallbackStreamListener,
 from server.poc.delivery.store_lock import StoreLock
 from server.poc.gate.admission import Admission
 from server.poc.gate.gate_interceptor import GateInterceptor
+from server.poc.options import PocOptions
 from server.poc.wiring import PocComponents, poc_limits
 from server.services.inference_servicer import InferenceServicer
 from server.services.validation_servicer import ValidationServicer

@@ -21,7 +21,7 @@ from server.http.options import (
     inference_port_options_from,
 )
 from server.metrics.options import MetricsOptions, add_metrics_arguments, metrics_options_from
-from server.poc.batches.options import PocOptions, add_poc_arguments, default_callback_store
+from server.poc.options import PocOptions, add_poc_arguments, default_callback_store
 
 SERVER_GROUP = "server"
 DEFAULT_HOST = "127.0.0.1"

@@ -10,7 +10,6 @@ import aiohttp
 
 from engine_ext.model_facts import ModelFacts
 from server.core.instances import EngineInstances
-from server.poc.batches.options import PocOptions
 from server.poc.batches.round_params import PocLimits, RoundParameters
 from server.poc.delivery.callback_sender import SETTLED_KEPT_SECONDS, CallbackSender
 from server.poc.delivery.callback_store import CallbackStore
@@ -18,6 +17,7 @@ from server.poc.delivery.callbacks import ArtifactCallback, CallbackIdentity
 from server.poc.delivery.validated import ValidatedBody, validated_url
 from server.poc.fanout.artifact_hub import ArtifactHub
 from server.poc.gate.admission import Admission
+from server.poc.options import PocOptions
 from server.poc.round.round_control import HealthSetter, RoundControl
 from server.poc.servicer import PocServicer
 

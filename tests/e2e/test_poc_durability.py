@@ -20,10 +20,10 @@ import pytest
 
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import inference_pb2_grpc, poc_pb2, poc_pb2_grpc
-from server.poc.batches.options import default_callback_store
 from server.poc.delivery.callback_store import CallbackStore
 from server.poc.delivery.store_lock import StoreLock
 from server.poc.delivery.validated import validated_url
+from server.poc.options import default_callback_store
 from tests.support.http_receiver import HttpReceiver
 from tests.support.server_process import (
     REPO_ROOT,

@@ -17,7 +17,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from gonka.mlnode.client import InferenceClient, ServerError
 from gonka.mlnode.v1 import poc_pb2, poc_pb2_grpc
-from server.poc.batches.options import default_callback_store
+from server.poc.options import default_callback_store
 from tests.support.http_receiver import HttpReceiver
 from tests.support.server_process import SERVER_LAYER_FLAGS, ServerProcess, engine_environment, start_server
 

@@ -15,7 +15,7 @@ import grpc
 
 from gonka.mlnode.v1 import inference_pb2 as pb
 from gonka.mlnode.v1 import inference_pb2_grpc, poc_pb2, poc_pb2_grpc
-from server.poc.batches.options import default_callback_store
+from server.poc.options import default_callback_store
 from tests.support.http_receiver import HttpReceiver
 from tests.support.server_process import SERVER_LAYER_FLAGS, engine_environment, free_port, start_server
 

@@ -14,7 +14,7 @@ from engine_ext.engine import PocDecoderReport
 from engine_ext.poc.batch import BATCH_OK, PocBatchResult
 from server.app import StartupError, _prepare_poc_forward
 from server.core.instances import EngineInstance, EngineInstances
-from server.poc.batches.options import PocOptions
+from server.poc.options import PocOptions
 
 
 @dataclass

@@ -14,7 +14,7 @@ import grpc
 from engine_ext.engine import MlnodeEngine
 from engine_ext.poc.batch import BATCH_INSUFFICIENT_BLOCKS, PocBatch, PocBatchResult
 from server.core.errors import Reason, ServiceError
-from server.poc.batches.options import DEFAULT_BLOCK_WAIT_SECONDS
+from server.poc.batches import DEFAULT_BLOCK_WAIT_SECONDS
 from server.poc.batches.round_params import ArtifactParams
 
 BLOCK_POLL_SECONDS = 0.05

@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from server.core.dataclass_flags import add_flags, at_least, flag, flags_of
-
-# Seconds a recompute batch waits for free KV blocks before it is split (server.poc.batches.batch_runner).
-DEFAULT_BLOCK_WAIT_SECONDS = 2.0
+from server.poc.batches import DEFAULT_BLOCK_WAIT_SECONDS
 
 # A production round (Qwen3-235B at TP 4) makes a few thousand nonces/s: a minute of it, and every
 # round of the embedded model on this CPU, fits.
